@@ -1,0 +1,133 @@
+"""One resolution of settings: marker > command line > environment > ini > default.
+
+Every setting has one help string shared by its option and its ini twin, and every resolved
+value remembers where it came from, so an error can say "--wedge-runtime=dokcer (from the
+command line)" rather than just "bad value".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_wedge.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # ini name; the option is --wedge-<name with dashes>
+    help: str
+    default: Any
+    env: str | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.name
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting(
+            "wedge_runtime",
+            "How components run: 'process' (local subprocesses) or 'docker' (containers).",
+            "process",
+            env="PYTEST_WEDGE_RUNTIME",
+            choices=("process", "docker"),
+        ),
+        Setting(
+            "wedge_toxiproxy",
+            "Path of the toxiproxy-server binary (default: ./bin/toxiproxy-server, then PATH).",
+            None,
+            env="PYTEST_WEDGE_TOXIPROXY",
+        ),
+        Setting(
+            "wedge_artifacts",
+            "Directory for wedge reports, ledgers, logs and timelines (one folder per test).",
+            ".wedge-artifacts",
+            env="PYTEST_WEDGE_ARTIFACTS",
+        ),
+        Setting(
+            "wedge_keep",
+            "Keep artifacts of passing tests too (by default only failures keep theirs).",
+            False,
+            env="PYTEST_WEDGE_KEEP",
+        ),
+        Setting(
+            "wedge_ready_timeout",
+            "Seconds a topology may take from start to ready before the start fails.",
+            30.0,
+            env="PYTEST_WEDGE_READY_TIMEOUT",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: Any
+    source: str  # "marker", "command line", "environment (VAR)", "ini file", "default"
+
+
+def _coerce(setting: Setting, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    try:
+        if isinstance(setting.default, bool):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"expected true or false, got {raw!r}")
+        if isinstance(setting.default, float):
+            value = float(raw)
+            if value <= 0:
+                raise ValueError("must be > 0")
+            return value
+    except ValueError as exc:
+        raise ConfigError(
+            f"Bad value for {setting.name}: {raw!r}",
+            facts={"from": source, "problem": str(exc)},
+            fix=f"set {setting.option} (or ini {setting.name}) to a valid value: {setting.help}",
+        ) from exc
+    text = str(raw)
+    if setting.choices and text not in setting.choices:
+        raise ConfigError(
+            f"Bad value for {setting.name}: {text!r}",
+            facts={"from": source, "expected one of": ", ".join(setting.choices)},
+            fix=f"use {setting.option}={setting.choices[0]} or one of the values above",
+        )
+    return text
+
+
+def resolve(
+    name: str,
+    *,
+    marker: Any = None,
+    cli: Any = None,
+    ini: Callable[[str], Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Resolved:
+    """Resolve one setting by the precedence rule; every value is validated with its source."""
+    setting = SETTINGS[name]
+    env: dict[str, str] | os._Environ[str] = os.environ if environ is None else environ
+    candidates: list[tuple[Any, str]] = [(marker, "marker"), (cli, "command line")]
+    if setting.env:
+        candidates.append((env.get(setting.env), f"environment ({setting.env})"))
+    if ini is not None:
+        ini_value = ini(name)
+        candidates.append((ini_value if ini_value not in ("", [], None) else None, "ini file"))
+    for raw, source in candidates:
+        if raw is not None:
+            return Resolved(_coerce(setting, raw, source), source)
+    return Resolved(setting.default, "default")

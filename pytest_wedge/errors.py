@@ -1,0 +1,54 @@
+"""Self-explaining errors: a headline, the facts that were checked, a log tail, and a fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class WedgeError(Exception):
+    """Base error. Its text is meant to be read in a CI log by someone who did not write the test.
+
+    Every error carries the object it is about (``facts``) and says how to fix it, in the spirit
+    of mirakuru and pytest-postgresql: name what was checked, what was found, and what to do.
+    """
+
+    def __init__(
+        self,
+        headline: str,
+        *,
+        facts: Mapping[str, object] | None = None,
+        log_tail: str = "",
+        fix: str = "",
+    ) -> None:
+        self.headline = headline
+        self.facts: dict[str, object] = dict(facts or {})
+        self.log_tail = log_tail
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [self.headline]
+        for key, value in self.facts.items():
+            lines.append(f"  {key}: {value}")
+        if self.log_tail.strip():
+            lines.append("  log tail:")
+            lines.extend(f"    | {line}" for line in self.log_tail.rstrip().splitlines())
+        if self.fix:
+            lines.append(f"To fix this: {self.fix}")
+        return "\n".join(lines)
+
+
+class ConfigError(WedgeError):
+    """A bad setting, marker argument or scenario file. The plugin turns it into a UsageError."""
+
+
+class MissingBinaryError(ConfigError):
+    """A program the topology needs (toxiproxy-server, smg, docker) is not installed."""
+
+
+class ComponentStartError(WedgeError):
+    """A component exited during start-up or did not become ready before the deadline."""
+
+
+class PortInUseError(ComponentStartError):
+    """A port chosen for a component is already taken by another program."""

@@ -1,0 +1,157 @@
+"""Network faults on a link, in Toxiproxy's own terms (one toxic each, plus ``Down``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.faults.base import Fault
+from pytest_wedge.topology import validate_link_name
+
+if TYPE_CHECKING:
+    from pytest_wedge.running import Topology
+
+Stream = Literal["upstream", "downstream"]
+
+
+def _proxy(topology: Topology, link: str) -> str:
+    validate_link_name(link, topology.spec)
+    return topology.links[link].proxy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toxic(Fault):
+    """A Toxiproxy toxic on one link. ``upstream`` = client->server, ``downstream`` = back."""
+
+    link: str
+    stream: Stream = "downstream"
+    toxicity: float = 1.0
+    toxic_type: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        if self.stream not in ("upstream", "downstream"):
+            raise ConfigError(f"Bad stream {self.stream!r} for {type(self).__name__}",
+                              fix="use stream='upstream' or stream='downstream'")  # fmt: skip
+        if not 0.0 <= self.toxicity <= 1.0:
+            raise ConfigError(f"Bad toxicity {self.toxicity!r}", fix="use a value in [0, 1]")
+
+    @property
+    def target(self) -> str:
+        return self.link
+
+    @property
+    def toxic_name(self) -> str:
+        return f"wedge_{self.toxic_type}_{self.stream}"
+
+    def attributes(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def payload(self) -> dict[str, Any]:
+        """The toxic as Toxiproxy's API takes it."""
+        return {"name": self.toxic_name, "type": self.toxic_type, "stream": self.stream,
+                "toxicity": self.toxicity, "attributes": self.attributes()}  # fmt: skip
+
+    def apply(self, topology: Topology) -> None:
+        topology.toxiproxy.add_toxic(_proxy(topology, self.link), self.payload())
+
+    def revert(self, topology: Topology) -> None:
+        topology.toxiproxy.remove_toxic(_proxy(topology, self.link), self.toxic_name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latency(Toxic):
+    latency_ms: int
+    jitter_ms: int = 0
+    toxic_type: ClassVar[str] = "latency"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"latency": self.latency_ms, "jitter": self.jitter_ms}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bandwidth(Toxic):
+    rate_kb_per_s: int
+    toxic_type: ClassVar[str] = "bandwidth"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rate_kb_per_s <= 0:
+            raise ConfigError(
+                f"Bandwidth rate_kb_per_s={self.rate_kb_per_s} does not cut a link",
+                facts={"why": "Toxiproxy treats rate <= 0 as unlimited"},
+                fix="use Down(link=...) or Timeout(link=..., timeout_ms=0) to cut a link",
+            )
+
+    def attributes(self) -> dict[str, Any]:
+        return {"rate": self.rate_kb_per_s}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowClose(Toxic):
+    delay_ms: int
+    toxic_type: ClassVar[str] = "slow_close"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"delay": self.delay_ms}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeout(Toxic):
+    """Drops all data; closes after ``timeout_ms``, or never with 0 (a black hole).
+
+    Removing it closes the connections it held (Toxiproxy does so on purpose).
+    """
+
+    timeout_ms: int = 0
+    toxic_type: ClassVar[str] = "timeout"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"timeout": self.timeout_ms}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResetPeer(Toxic):
+    timeout_ms: int = 0
+    toxic_type: ClassVar[str] = "reset_peer"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"timeout": self.timeout_ms}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slicer(Toxic):
+    average_size_bytes: int
+    size_variation_bytes: int = 0
+    delay_us: int = 0
+    toxic_type: ClassVar[str] = "slicer"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"average_size": self.average_size_bytes,
+                "size_variation": self.size_variation_bytes, "delay": self.delay_us}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitData(Toxic):
+    bytes: int
+    toxic_type: ClassVar[str] = "limit_data"
+
+    def attributes(self) -> dict[str, Any]:
+        return {"bytes": self.bytes}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Down(Fault):
+    """The link refuses connections and drops the open ones (``enabled=false``, not a toxic)."""
+
+    link: str
+
+    @property
+    def target(self) -> str:
+        return self.link
+
+    def apply(self, topology: Topology) -> None:
+        topology.toxiproxy.set_enabled(_proxy(topology, self.link), False)
+
+    def revert(self, topology: Topology) -> None:
+        topology.toxiproxy.set_enabled(_proxy(topology, self.link), True)

@@ -1,0 +1,1 @@
+"""pytest glue (being written)."""

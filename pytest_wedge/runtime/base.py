@@ -1,0 +1,98 @@
+"""The Runtime protocol and the one readiness loop every runtime shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import httpx
+
+from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.topology import ComponentSpec
+
+ComponentState = Literal["running", "paused", "exited", "absent"]
+SESSION_ENV = "PYTEST_WEDGE_SESSION"
+OWNER_ENV = "PYTEST_WEDGE_OWNER"
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Starts and controls components. Implementations: process, docker.
+
+    ``start`` returns at once; readiness is checked by :func:`wait_ready`, so components start
+    in parallel and share one deadline.
+    """
+
+    name: str
+
+    def start(self, component: ComponentSpec) -> None: ...
+    def stop(self, name: str) -> None: ...
+    def kill(self, name: str) -> None: ...
+    def pause(self, name: str) -> None: ...
+    def resume(self, name: str) -> None: ...
+    def restart(self, name: str) -> None: ...
+    def pid(self, name: str) -> int | None: ...
+    def exit_code(self, name: str) -> int | None: ...
+    def state(self, name: str) -> ComponentState: ...
+    def logs(self, name: str, tail: int = 40) -> str: ...
+    def log_path(self, name: str) -> str | None: ...
+    def running(self, name: str) -> bool: ...
+    def close(self) -> None: ...
+
+
+def wait_ready(
+    runtime: Runtime,
+    components: Sequence[ComponentSpec],
+    *,
+    timeout_s: float = 20.0,
+    poll_s: float = 0.02,
+) -> float:
+    """Poll every component's ready URL until all answer 2xx, under one deadline.
+
+    A component that exits is reported at once with its exit code and log tail, never waited
+    out. Returns the seconds it took.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    pending = {c.name: c for c in components}
+    last_error: dict[str, str] = {}
+    with httpx.Client(timeout=1.0, trust_env=False) as client:
+        while pending:
+            for name, component in list(pending.items()):
+                code = runtime.exit_code(name)
+                if code is not None:
+                    raise ComponentStartError(
+                        f"{name} exited during start-up with exit code {code}",
+                        facts={"command": " ".join(component.argv),
+                               "log": runtime.log_path(name) or "(none)"},
+                        log_tail=runtime.logs(name, tail=25),
+                        fix=f"read the log tail above; run the command by hand to see {name} fail",
+                    )  # fmt: skip
+                try:
+                    response = client.get(component.ready_url)
+                except httpx.HTTPError as exc:
+                    last_error[name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                if response.is_success:
+                    del pending[name]
+                else:
+                    last_error[name] = f"HTTP {response.status_code} {response.text[:200]}"
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                name, component = next(iter(pending.items()))
+                raise ComponentStartError(
+                    f"{', '.join(pending)} not ready after {timeout_s:.1f} s",
+                    facts={
+                        "checked": ", ".join(c.ready_url for c in pending.values()),
+                        "last answer": "; ".join(f"{n}: {e}" for n, e in last_error.items()
+                                                 if n in pending) or "none",
+                        "command": " ".join(component.argv),
+                    },
+                    log_tail=runtime.logs(name, tail=25),
+                    fix="read the log tail; a router stays not-ready until a prefill and a decode "
+                    "worker register, so check the workers' logs too",
+                )  # fmt: skip
+            time.sleep(poll_s)
+    return time.monotonic() - started

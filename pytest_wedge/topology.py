@@ -1,0 +1,265 @@
+"""The topology as pure data: components, links and the port plan. No I/O happens here.
+
+A topology is one router, N prefill workers and M decode workers. Every hop between them is a
+*link*: one Toxiproxy proxy. Components are always pointed at the listen side of their links,
+never at a peer's real port, so any hop can be faulted.
+
+Link listen ports are chosen by Toxiproxy (port 0, race-free), so component command lines are
+rendered in a second step, once those ports are known: ``plan_links`` -> create proxies ->
+``render_components``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pytest_wedge.errors import ConfigError
+
+Role = Literal["router", "prefill", "decode", "toxiproxy"]
+LOOPBACK = "127.0.0.1"
+_COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
+
+
+@dataclass(frozen=True)
+class StubOptions:
+    """Engine behaviour of the stub workers (see ``python -m pytest_wedge.stubs --help``)."""
+
+    model: str = "stub-model"
+    seed: int = 0
+    itl_ms: float = 2.0
+    prefill_ms_per_token: float = 0.05
+    max_running: int = 64
+    max_queue: int = 1024
+    max_tokens_default: int = 16
+    inflight_pin_watchdog_s: float = 0.0
+    transfer_timeout_s: float = 0.0
+    bootstrap_timeout_s: float = 300.0
+    extra_args: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        return [
+            "--model", self.model,
+            "--seed", str(self.seed),
+            "--itl-ms", str(self.itl_ms),
+            "--prefill-ms-per-token", str(self.prefill_ms_per_token),
+            "--max-running", str(self.max_running),
+            "--max-queue", str(self.max_queue),
+            "--max-tokens-default", str(self.max_tokens_default),
+            "--inflight-pin-watchdog-s", str(self.inflight_pin_watchdog_s),
+            "--transfer-timeout-s", str(self.transfer_timeout_s),
+            "--bootstrap-timeout-s", str(self.bootstrap_timeout_s),
+            *self.extra_args,
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """What to run. Immutable, hashable: equal specs share one session-scoped topology."""
+
+    prefill: int = 1
+    decode: int = 1
+    router_args: tuple[str, ...] = ()
+    stub: StubOptions = field(default_factory=StubOptions)
+
+    def __post_init__(self) -> None:
+        if self.prefill < 1 or self.decode < 1:
+            raise ConfigError(
+                "A PD topology needs at least one prefill and one decode worker",
+                facts={"prefill": self.prefill, "decode": self.decode},
+                fix="pass prefill >= 1 and decode >= 1",
+            )
+
+    @property
+    def prefill_names(self) -> list[str]:
+        return [f"prefill-{i}" for i in range(self.prefill)]
+
+    @property
+    def decode_names(self) -> list[str]:
+        return [f"decode-{j}" for j in range(self.decode)]
+
+    @property
+    def component_names(self) -> list[str]:
+        return ["router", *self.prefill_names, *self.decode_names]
+
+    def links(self, ports: PortPlan) -> list[LinkSpec]:
+        """Every hop, in the order a request crosses them, each with its real upstream."""
+        links = [LinkSpec("client->router", "client", "router", ports.http["router"])]
+        links += [LinkSpec(f"router->{p}", "router", p, ports.http[p]) for p in self.prefill_names]
+        links += [LinkSpec(f"router->{d}", "router", d, ports.http[d]) for d in self.decode_names]
+        links += [
+            LinkSpec(f"{d}->{p}", d, p, ports.bootstrap[p])
+            for d in self.decode_names
+            for p in self.prefill_names
+        ]
+        return links
+
+    def link_names(self) -> list[str]:
+        dummy = PortPlan.sequential(self, 1)
+        return [link.name for link in self.links(dummy)]
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One hop behind one Toxiproxy proxy. ``upstream_port`` is the target's real port."""
+
+    name: str
+    source: str
+    target: str
+    upstream_port: int
+
+    @property
+    def upstream(self) -> str:
+        return f"{LOOPBACK}:{self.upstream_port}"
+
+    @property
+    def proxy_name(self) -> str:
+        # Toxiproxy names travel in URL paths, where '>' needs escaping; keep them plain.
+        return self.name.replace("->", "__to__")
+
+    @property
+    def is_transfer(self) -> bool:
+        return self.source.startswith("decode-") and self.target.startswith("prefill-")
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """Ports chosen in advance (below 32768, outside the kernel's ephemeral range)."""
+
+    http: dict[str, int]
+    bootstrap: dict[str, int]
+    router_metrics: int
+
+    @classmethod
+    def sequential(cls, spec: TopologySpec, base: int) -> PortPlan:
+        """A deterministic plan from ``base`` up; for tests and for rendering names."""
+        ports = iter(range(base, base + 100))
+        http = {name: next(ports) for name in spec.component_names}
+        bootstrap = {p: next(ports) for p in spec.prefill_names}
+        return cls(http=http, bootstrap=bootstrap, router_metrics=next(ports))
+
+    def all_ports(self) -> list[int]:
+        return [*self.http.values(), *self.bootstrap.values(), self.router_metrics]
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """How one component starts. A runtime knows how to run it; nothing here is stub-specific,
+    so a user's own worker or router build can take a stub's place."""
+
+    name: str
+    role: Role
+    argv: tuple[str, ...]
+    ready_url: str
+    ports: tuple[int, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_stub(self) -> bool:
+        return "pytest_wedge.stubs" in self.argv
+
+
+@dataclass(frozen=True)
+class Executables:
+    """Where the programs live. Docker images keep the host's absolute paths, so one set of
+    command lines serves both runtimes."""
+
+    python: str
+    smg: str
+    toxiproxy: str
+
+
+def render_components(
+    spec: TopologySpec,
+    ports: PortPlan,
+    listen: dict[str, int],
+    exe: Executables,
+) -> list[ComponentSpec]:
+    """Command lines for the router and the stubs, pointed at their links' listen ports.
+
+    ``listen`` maps link names to the port Toxiproxy gave each proxy.
+    """
+    components: list[ComponentSpec] = []
+    for p in spec.prefill_names:
+        components.append(
+            ComponentSpec(
+                name=p,
+                role="prefill",
+                argv=(
+                    exe.python, "-m", "pytest_wedge.stubs", "--role", "prefill",
+                    "--name", p, "--host", LOOPBACK, "--port", str(ports.http[p]),
+                    "--bootstrap-port", str(ports.bootstrap[p]), *spec.stub.argv(),
+                ),
+                ready_url=f"http://{LOOPBACK}:{ports.http[p]}/health",
+                ports=(ports.http[p], ports.bootstrap[p]),
+            )
+        )  # fmt: skip
+    for d in spec.decode_names:
+        # smg hands every decode the same bootstrap address for a prefill; each decode maps it
+        # onto its own link so one pair's KV transfer can be cut and the others' left alone.
+        routes: list[str] = []
+        for p in spec.prefill_names:
+            routes += [
+                "--bootstrap-route",
+                f"{LOOPBACK}:{ports.bootstrap[p]}={LOOPBACK}:{listen[f'{d}->{p}']}",
+            ]
+        components.append(
+            ComponentSpec(
+                name=d,
+                role="decode",
+                argv=(
+                    exe.python, "-m", "pytest_wedge.stubs", "--role", "decode",
+                    "--name", d, "--host", LOOPBACK, "--port", str(ports.http[d]),
+                    *routes, *spec.stub.argv(),
+                ),
+                ready_url=f"http://{LOOPBACK}:{ports.http[d]}/health",
+                ports=(ports.http[d],),
+            )
+        )  # fmt: skip
+    router = [
+        exe.smg, "launch", "--host", LOOPBACK, "--port", str(ports.http["router"]),
+        "--pd-disaggregation",
+        "--prometheus-host", LOOPBACK, "--prometheus-port", str(ports.router_metrics),
+    ]  # fmt: skip
+    for p in spec.prefill_names:
+        router += [
+            "--prefill",
+            f"http://{LOOPBACK}:{listen[f'router->{p}']}",
+            str(ports.bootstrap[p]),
+        ]
+    for d in spec.decode_names:
+        router += ["--decode", f"http://{LOOPBACK}:{listen[f'router->{d}']}"]
+    router += list(spec.router_args)
+    components.append(
+        ComponentSpec(
+            name="router",
+            role="router",
+            argv=tuple(router),
+            # Readiness, not liveness: 200 only once a healthy prefill and decode are registered.
+            ready_url=f"http://{LOOPBACK}:{ports.http['router']}/readiness",
+            ports=(ports.http["router"], ports.router_metrics),
+        )
+    )
+    return components
+
+
+def validate_component_name(name: str, spec: TopologySpec) -> None:
+    """Raise a ConfigError naming the known components when ``name`` is not one of them."""
+    known = spec.component_names
+    if name not in known or not _COMPONENT_NAME.match(name):
+        raise ConfigError(
+            f"Unknown component {name!r}",
+            facts={"known components": ", ".join(known)},
+            fix=f"use one of: {', '.join(known)}",
+        )
+
+
+def validate_link_name(name: str, spec: TopologySpec) -> None:
+    known = spec.link_names()
+    if name not in known:
+        raise ConfigError(
+            f"Unknown link {name!r}",
+            facts={"known links": ", ".join(known)},
+            fix=f"use one of: {', '.join(known)}",
+        )
