@@ -1,1 +1,223 @@
-"""pytest glue (being written)."""
+"""pytest glue only: options and ini, the marker, fixtures, report sections and hooks.
+
+Everything it drives works without pytest (see ``pytest_wedge.session``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_wedge import hookspecs
+from pytest_wedge.config import SETTINGS, resolve
+from pytest_wedge.errors import ConfigError, WedgeError
+from pytest_wedge.handle import Wedge
+from pytest_wedge.marker import parse_marker
+from pytest_wedge.running import find_executables
+from pytest_wedge.session import WedgeSession
+from pytest_wedge.toxiproxy import find_toxiproxy
+
+WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
+HANDLES_KEY = pytest.StashKey[list[Wedge]]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("wedge", "pytest-wedge: distributed-hang fault injection")
+    for setting in SETTINGS.values():
+        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": setting.help}
+        if isinstance(setting.default, bool):
+            kwargs.update(action="store_const", const=True)
+        group.addoption(setting.option, **kwargs)
+        parser.addini(setting.name, setting.help, default=None)
+
+
+class WedgePlugin:
+    """Per-process state: resolved settings and the sessions (one per runtime)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.sessions: dict[str, WedgeSession] = {}
+        try:
+            self.settings = {
+                name: resolve(name, cli=config.getoption(name), ini=config.getini)
+                for name in SETTINGS
+            }
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+    def value(self, name: str) -> Any:
+        return self.settings[name].value
+
+    def check_binaries(self) -> None:
+        """Fail the run up front, with the fix, when a program the topology needs is missing."""
+        try:
+            binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
+            find_executables(binary)
+        except WedgeError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+    def session(self, runtime: str | None = None) -> WedgeSession:
+        runtime = runtime or self.value("wedge_runtime")
+        assert runtime is not None
+        existing = self.sessions.get(runtime)
+        if existing is not None:
+            return existing
+        hook = self.config.hook
+
+        def factory(name: str, artifacts_dir: str, session_id: str) -> Any:
+            custom = hook.pytest_wedge_make_runtime(
+                name=name, artifacts_dir=artifacts_dir, session_id=session_id
+            )
+            if custom is not None:
+                return custom
+            from pytest_wedge.runtime import make_runtime
+
+            return make_runtime(name, artifacts_dir, session_id)
+
+        session = WedgeSession(
+            runtime=runtime,
+            artifacts_dir=self.value("wedge_artifacts"),
+            toxiproxy_binary=self.value("wedge_toxiproxy"),
+            runtime_factory=factory,
+            ready_timeout_s=self.value("wedge_ready_timeout"),
+        )
+        self.sessions[runtime] = session
+        return session.start()
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+
+
+PLUGIN_KEY = pytest.StashKey[WedgePlugin]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "wedge(prefill=1, decode=1, router_args=(), stub=None, runtime=None): the topology "
+        "the `wedge` fixture brings up for this test (see pytest_wedge.marker.wedge).",
+    )
+    config.stash[PLUGIN_KEY] = WedgePlugin(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.stash.get(PLUGIN_KEY, None)
+    if plugin is not None:
+        plugin.close()
+
+
+def _plugin(config: pytest.Config) -> WedgePlugin:
+    return config.stash[PLUGIN_KEY]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate every wedge marker at collection, and check the binaries once if needed."""
+    needs_topology = False
+    for item in items:
+        marker = item.get_closest_marker("wedge")
+        if marker is not None:
+            try:
+                parse_marker(marker.args, marker.kwargs)
+            except ConfigError as exc:
+                raise pytest.UsageError(f"{item.nodeid}: {exc}") from exc
+        if WEDGE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            needs_topology = True
+    if needs_topology:
+        _plugin(config).check_binaries()
+
+
+def _artifacts_for(request: pytest.FixtureRequest) -> Path:
+    plugin = _plugin(request.config)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-120:]
+    base = Path(plugin.value("wedge_artifacts"))
+    return base / "tests" / safe
+
+
+@pytest.fixture(scope="session")
+def wedge_session(request: pytest.FixtureRequest) -> WedgeSession:
+    """The per-process session: Toxiproxy server and the shared topologies."""
+    return _plugin(request.config).session()
+
+
+@pytest.fixture
+def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedge]]:
+    """Build handles onto other topologies: ``wedge_factory(prefill=2, decode=2)``.
+
+    Takes the same keyword arguments as the ``wedge`` marker.
+    """
+    plugin = _plugin(request.config)
+    handles = request.node.stash.setdefault(HANDLES_KEY, [])
+
+    def make(**kwargs: Any) -> Wedge:
+        try:
+            parsed = parse_marker((), kwargs)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from exc
+        topology = plugin.session(parsed.runtime).topology(parsed.spec)
+        topology.reset()
+        handle = Wedge(topology, _artifacts_for(request))
+        handles.append(handle)
+        return handle
+
+    yield make
+    _close_handles(handles)
+
+
+@pytest.fixture
+def wedge(request: pytest.FixtureRequest, wedge_factory: Callable[..., Wedge]) -> Wedge:
+    """A handle onto the session's topology for this test's ``wedge`` marker (default 1P+1D).
+
+    Faults and loads it started end with the test; the topology is reset before each test.
+    """
+    marker = request.node.get_closest_marker("wedge")
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    return wedge_factory(**kwargs)
+
+
+def _close_handles(handles: list[Wedge]) -> None:
+    errors: list[str] = []
+    for handle in handles:
+        errors += handle.close()
+    if errors:
+        raise WedgeError(
+            "Some faults could not be reverted",
+            facts={"errors": "; ".join(errors)},
+            fix="the next test resets the topology; check the component logs",
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report: pytest.TestReport = yield  # type: ignore[assignment]
+    handles = item.stash.get(HANDLES_KEY, [])
+    if handles and report.failed and report.when in ("call", "setup"):
+        with contextlib.suppress(Exception):
+            report.sections.append(("wedge", _summary(handles)))
+    return report  # type: ignore[return-value]
+
+
+def _summary(handles: list[Wedge]) -> str:
+    lines: list[str] = []
+    for handle in handles:
+        topo = handle.topology
+        states = {n: topo.runtime.state(n) for n in topo.components}
+        lines.append("components: " + ", ".join(f"{n}={s}" for n, s in states.items()))
+        faults = [f.describe() for f in handle.faults.active_faults()]
+        lines.append("active faults: " + (", ".join(faults) or "none"))
+        for origin in handle.ledger.origins():
+            counts = handle.ledger.by_origin(origin).states()
+            lines.append(
+                f"client ledger {origin}: " + ", ".join(f"{k}={v}" for k, v in counts.items() if v)
+            )
+    return "\n".join(lines)

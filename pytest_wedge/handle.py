@@ -1,0 +1,108 @@
+"""The per-test handle onto a running topology: faults, load, ledgers and assertions.
+
+``wedge`` in a test is one of these. It is function-scoped over a session-scoped topology:
+everything it started (loads, faults) is stopped and reverted at the end of the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pytest_wedge.faults.base import Fault, FaultSet
+from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
+from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.running import Topology
+from pytest_wedge.stubclient import StubClient, StubUnavailable
+
+
+class Wedge:
+    def __init__(self, topology: Topology, artifacts_dir: Path | None = None) -> None:
+        self.topology = topology
+        self.faults = FaultSet(topology)
+        self.ledger = ClientLedger()
+        self.artifacts_dir = artifacts_dir
+        self._loads: list[BackgroundLoad] = []
+
+    # -- addresses ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """Where the harness sends requests: the client side of ``client->router``."""
+        return self.topology.url
+
+    @property
+    def spec(self) -> Any:
+        return self.topology.spec
+
+    def worker_url(self, name: str) -> str:
+        return self.topology.worker_url(name)
+
+    def stub(self, name: str) -> StubClient:
+        return self.topology.stub(name)
+
+    # -- faults --------------------------------------------------------------------------------
+    def apply(self, fault: Fault) -> Fault:
+        """Apply ``fault`` until it is reverted or the test ends."""
+        return self.faults.apply(fault)
+
+    def revert(self, fault: Fault) -> None:
+        self.faults.revert(fault)
+
+    @contextlib.contextmanager
+    def fault(self, fault: Fault) -> Iterator[Fault]:
+        with self.faults.active(fault) as active:
+            yield active
+
+    # -- load ----------------------------------------------------------------------------------
+    def harness(self, **options: Any) -> Harness:
+        """Start the multi-agent harness against the router (through ``client->router``)."""
+        options.setdefault("ledger", self.ledger)
+        options.setdefault("model", self.spec.stub.model)
+        load = Harness(options.pop("base_url", self.url), **options)
+        self._loads.append(load)
+        return load.start()
+
+    def stray(self, target: str = "decode-0", **options: Any) -> StrayRequester:
+        """Start a stray requester; ``target`` is a worker name (bypassing the router),
+        ``"router"`` (through ``client->router``) or a URL."""
+        if target == "router":
+            url = self.url
+        elif target.startswith("http"):
+            url = target
+        else:
+            url = self.worker_url(target)
+        options.setdefault("ledger", self.ledger)
+        options.setdefault("model", self.spec.stub.model)
+        load = StrayRequester(url, **options)
+        self._loads.append(load)
+        return load.start()
+
+    def track(self, load: BackgroundLoad) -> BackgroundLoad:
+        """Have the handle stop a load you built yourself at the end of the test."""
+        self._loads.append(load)
+        return load
+
+    # -- evidence ------------------------------------------------------------------------------
+    def worker_ledgers(self) -> dict[str, dict[str, Any]]:
+        """Each stub's ledger (foreign workers are skipped: they have none)."""
+        ledgers: dict[str, dict[str, Any]] = {}
+        for name, stub in self.topology.stubs.items():
+            with contextlib.suppress(StubUnavailable):
+                ledgers[name] = stub.ledger()
+        return ledgers
+
+    def assert_nothing_lost(self, origin: str | None = None) -> None:
+        """Every request ended in exactly one final state; otherwise a table of the lost ones."""
+        assert_nothing_lost(self.ledger, origin=origin)
+
+    # -- teardown ------------------------------------------------------------------------------
+    def stop_loads(self) -> None:
+        for load in self._loads:
+            load.stop()
+
+    def close(self) -> list[str]:
+        """Stop loads and revert faults; returns revert errors for the report."""
+        self.stop_loads()
+        return self.faults.revert_all()

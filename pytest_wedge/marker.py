@@ -1,0 +1,86 @@
+"""The ``wedge`` marker, parsed by calling a real keyword-only function.
+
+Because the marker's arguments are this function's parameters, the marker's signature, its
+validation and its docs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.topology import StubOptions, TopologySpec
+
+
+@dataclass(frozen=True)
+class MarkerArgs:
+    spec: TopologySpec
+    runtime: str | None
+
+
+def wedge(
+    *,
+    prefill: int = 1,
+    decode: int = 1,
+    router_args: Sequence[str] = (),
+    stub: StubOptions | Mapping[str, Any] | None = None,
+    runtime: str | None = None,
+) -> MarkerArgs:
+    """``@pytest.mark.wedge(prefill=1, decode=1, router_args=[...], stub={...}, runtime=...)``
+
+    - ``prefill``/``decode``: how many workers of each role.
+    - ``router_args``: extra ``smg launch`` flags, e.g. ``["--request-timeout-secs", "2"]``.
+    - ``stub``: :class:`StubOptions` or a dict of its fields (``itl_ms``, ``max_running``, ...).
+    - ``runtime``: ``"process"`` or ``"docker"`` for this test only.
+    """
+    if isinstance(router_args, str) or not all(isinstance(a, str) for a in router_args):
+        raise ConfigError(
+            "router_args must be a list of strings",
+            facts={"got": repr(router_args)},
+            fix='write router_args=["--request-timeout-secs", "2"]',
+        )
+    if stub is None:
+        options = StubOptions()
+    elif isinstance(stub, StubOptions):
+        options = stub
+    elif isinstance(stub, Mapping):
+        known = {f.name for f in fields(StubOptions)}
+        unknown = sorted(set(stub) - known)
+        if unknown:
+            raise ConfigError(
+                f"Unknown stub option(s): {', '.join(unknown)}",
+                facts={"known": ", ".join(sorted(known))},
+                fix="use only the fields of pytest_wedge.topology.StubOptions",
+            )
+        options = StubOptions(**stub)
+    else:
+        raise ConfigError("stub must be StubOptions or a dict", facts={"got": repr(stub)},
+                          fix="write stub={'itl_ms': 5}")  # fmt: skip
+    for name, value in (("prefill", prefill), ("decode", decode)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer", facts={"got": repr(value)},
+                              fix=f"write {name}=1")  # fmt: skip
+    spec = TopologySpec(prefill=prefill, decode=decode, router_args=tuple(router_args),
+                        stub=options)  # fmt: skip
+    return MarkerArgs(spec=spec, runtime=runtime)
+
+
+def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
+    """Parse ``@pytest.mark.wedge(...)``; any misuse becomes a ConfigError naming the fix."""
+    if args:
+        raise ConfigError("The wedge marker takes keyword arguments only",
+                          facts={"positional": repr(tuple(args))},
+                          fix="write @pytest.mark.wedge(prefill=1, decode=1)")  # fmt: skip
+    try:
+        return wedge(**kwargs)
+    except TypeError as exc:
+        raise ConfigError("Bad wedge marker arguments", facts={"error": str(exc)},
+                          fix=f"see the signature: wedge{_signature()}") from exc  # fmt: skip
+
+
+def _signature() -> str:
+    import inspect
+
+    return str(inspect.signature(wedge))
