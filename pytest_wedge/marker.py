@@ -83,4 +83,4 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
 def _signature() -> str:
     import inspect
 
-    return str(inspect.signature(wedge))
+    return str(inspect.signature(wedge)).replace("'", "")

@@ -9,7 +9,6 @@ import pytest
 
 from pytest_wedge.faults import Latency, SlowTokens
 from pytest_wedge.load import Harness
-
 from pytest_wedge.metrics import metric_value
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,0 +1,100 @@
+"""Black-box tests of the plugin through pytester: options, marker, errors, teardown."""
+
+from __future__ import annotations
+
+import uuid
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+USES_WEDGE = """
+def test_uses_topology(wedge):
+    assert wedge.url.startswith("http://127.0.0.1:")
+"""
+
+
+def test_missing_toxiproxy_is_a_usage_error_naming_the_fix(pytester, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    pytester.makepyfile(USES_WEDGE)
+    result = pytester.runpytest_subprocess("--wedge-toxiproxy", "/nonexistent/toxiproxy-server")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*toxiproxy-server given by --wedge-toxiproxy is not an executable file*",
+        "*To fix this: run `make install`*",
+    ])  # fmt: skip
+
+
+def test_toxiproxy_absent_everywhere_is_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("PYTEST_WEDGE_TOXIPROXY", raising=False)
+    pytester.makepyfile(USES_WEDGE)
+    # pytester runs in a fresh directory with no ./bin, and PATH has no toxiproxy-server.
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*toxiproxy-server was not found*", "*To fix this:*go install*"])
+
+
+def test_tests_without_wedge_fixtures_need_no_toxiproxy(pytester, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_marker_is_a_usage_error_naming_the_test(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.wedge(prefill=1, decoders=2)
+        def test_typo(wedge):
+            pass
+    """)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*test_bad_marker_is_a_usage_error_naming_the_test.py::test_typo: Bad wedge marker arguments",
+        "*unexpected keyword argument 'decoders'*",
+        "To fix this: see the signature: wedge(*, prefill: int = 1, decode: int = 1,*",
+    ])  # fmt: skip
+
+
+def test_bad_runtime_value_names_its_source(pytester):
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess("--wedge-runtime=dokcer")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*Bad value for wedge_runtime: 'dokcer'*", "*from: command line*"])
+
+
+def test_bad_ini_value_names_the_ini_file(pytester):
+    pytester.makeini("[pytest]\nwedge_ready_timeout = soon\n")
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*Bad value for wedge_ready_timeout: 'soon'*", "*from: ini file*"])
+
+
+def test_no_process_outlives_the_session(pytester, monkeypatch, request):
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("WEDGE_LEAK_MARK", mark)
+    pytester.makepyfile(
+        USES_WEDGE
+        + """
+def test_fails_with_a_fault(wedge):
+    from pytest_wedge.faults import Pause
+    wedge.apply(Pause("router"))
+    assert False, "deliberate"
+"""
+    )
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*- wedge -*", "*active faults: Pause on router*"])
+    leftovers = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if proc.environ().get("WEDGE_LEAK_MARK") == mark:
+                leftovers.append(f"{proc.pid} {proc.info['name']}")
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    assert leftovers == []
