@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ class WedgeSession:
         self.topologies: dict[TopologySpec, Topology] = {}
         self._runtimes: list[Runtime] = []
         self.toxiproxy: ToxiproxyClient | None = None
+        self._toxiproxy_runtime: Runtime | None = None
 
     def _runtime(self, label: str) -> Runtime:
         runtime = self._runtime_factory(
@@ -58,7 +58,7 @@ class WedgeSession:
     def start(self) -> WedgeSession:
         self.sweep()
         try:
-            runtime = self._runtime("toxiproxy")
+            runtime = self._toxiproxy_runtime = self._runtime("toxiproxy")
             (port,) = self.ports.take(1)
             component = server_component(self.toxiproxy_binary, port)
             runtime.start(component)
@@ -108,6 +108,13 @@ class WedgeSession:
         self.topologies[spec] = topo
         return topo
 
+    def pids(self) -> list[int]:
+        """PIDs of everything this session runs (host PIDs, for either runtime)."""
+        pids = [self._toxiproxy_runtime.pid("toxiproxy")] if self._toxiproxy_runtime else []
+        for topo in self.topologies.values():
+            pids += topo.pids().values()
+        return [pid for pid in pids if pid]
+
     def close(self) -> None:
         for topo in self.topologies.values():
             with contextlib.suppress(Exception):
@@ -121,10 +128,3 @@ class WedgeSession:
             self.toxiproxy.close()
             self.toxiproxy = None
 
-
-def cold_start(spec: TopologySpec | None = None, **session_kwargs: object) -> float:
-    """Seconds from nothing to a ready topology (used by the benchmark)."""
-    started = time.monotonic()
-    with WedgeSession(**session_kwargs) as session:  # type: ignore[arg-type]
-        session.topology(spec)
-        return time.monotonic() - started

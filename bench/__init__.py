@@ -1,0 +1,1 @@
+"""pytest-wedge benchmarks: ``python -m bench [name ...]`` prints ``name: value`` lines."""
