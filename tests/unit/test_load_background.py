@@ -196,9 +196,10 @@ def test_pool_timeout_is_a_client_timeout_that_never_left_the_client() -> None:
             run_id="pt",
         )
         with h:
-            wait_until(lambda: h.progress() == 2, what="two pool timeouts")
-            timeouts = [r for r in h.ledger.records if r.state == "timeout"]
-            assert len(timeouts) == 2 and all(r.sent is None for r in timeouts)
-            assert all(r.error is not None and "PoolTimeout" in r.error for r in timeouts)
-            assert len(h.ledger.view().pending()) == 1
-        assert h.ledger.view().states()["unknown"] == 1
+            # The waiting agents time out, the leaking one already moved on: the load ends.
+            assert h.wait(10)
+    timeouts = [r for r in h.ledger.records if r.state == "timeout"]
+    assert len(timeouts) == 2 and all(r.sent is None for r in timeouts)
+    assert all(r.error is not None and r.error.startswith("PoolTimeout") for r in timeouts)
+    leaked = h.ledger.view().lost()
+    assert [(r.state, r.sent is not None) for r in leaked] == [("unknown", True)]

@@ -1,0 +1,80 @@
+"""Clients that abort on purpose: the trigger of incidents 3 (prefill pin) and 4 (abort races).
+
+Each request cancels after ``abort_after_tokens`` content chunks or ``abort_after_s`` seconds,
+whichever comes first, closing its stream so the router sees a client disconnect mid-request.
+A request whose stream ends before the abort point keeps its true state (ok or error): the
+ledger records what happened, not what was intended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.ledger import ClientLedger
+
+
+class Aborter(BackgroundLoad):
+    """Send ``count`` requests, ``concurrency`` at a time, each aborted by the client."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        count: int = 1,
+        abort_after_tokens: int | None = None,
+        abort_after_s: float | None = None,
+        origin: str = "aborter",
+        concurrency: int | None = None,
+        max_tokens: int = 256,
+        client_timeout_s: float | None = 30.0,
+        max_duration_s: float = 120.0,
+        ledger: ClientLedger | None = None,
+        model: str = "stub-model",
+        path: str = "/v1/chat/completions",
+        extra_body: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            base_url, origin=origin, ledger=ledger, max_duration_s=max_duration_s, run_id=run_id
+        )
+        if abort_after_tokens is None and abort_after_s is None:
+            raise ValueError("Aborter needs abort_after_tokens or abort_after_s (or both)")
+        if count < 0:
+            raise ValueError(f"Aborter needs count >= 0; got {count}")
+        self.count = count
+        self.abort_after_tokens = abort_after_tokens
+        self.abort_after_s = abort_after_s
+        self.concurrency = concurrency or max(count, 1)
+        self.max_tokens = max_tokens
+        self.client_timeout_s = client_timeout_s
+        self.model = model
+        self.path = path
+        self.extra_body = dict(extra_body or {})
+
+    async def _run(self, client: httpx.AsyncClient) -> None:
+        slots = asyncio.Semaphore(self.concurrency)
+        async with asyncio.TaskGroup() as group:
+            for n in range(self.count):
+                group.create_task(self._one(client, n, slots))
+
+    async def _one(self, client: httpx.AsyncClient, n: int, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            record = self.new_record(f"{n}", path=self.path, stream=True)
+            await send_chat(
+                client,
+                self.ledger,
+                record,
+                messages=[{"role": "user", "content": f"Write a long story, part {n}."}],
+                max_tokens=self.max_tokens,
+                model=self.model,
+                timeout_s=self.client_timeout_s,
+                abort_after_tokens=self.abort_after_tokens,
+                abort_after_s=self.abort_after_s,
+                extra_body=self.extra_body,
+            )

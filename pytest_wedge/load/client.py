@@ -1,0 +1,221 @@
+"""The one streaming chat client every load uses, so every request is tagged and accounted alike.
+
+Tags survive smg (router-protocol.md §2): body ``user`` and extra body fields reach both
+workers unchanged, and so do ``X-Request-ID`` and any ``x-request-id-*`` header; other custom
+headers are dropped, which is why the origin header is ``x-request-id-origin``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from pytest_wedge.load.ledger import ClientLedger, RequestRecord, State, snippet
+
+Message = Mapping[str, Any]
+
+# httpcore fires these once the request head is on the socket; until then a request may only
+# be queued for a pooled connection, which is exactly what incident 6 must tell apart.
+_SENT_EVENTS = frozenset(
+    {"http11.send_request_headers.complete", "http2.send_request_headers.complete"}
+)
+
+
+def tag_request(
+    record: RequestRecord, body: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Body and headers carrying the origin and request id end to end."""
+    tagged = dict(body)
+    tagged["user"] = record.origin
+    tagged["wedge_origin"] = record.origin
+    tagged["wedge_request_id"] = record.request_id
+    headers = {"X-Request-ID": record.request_id, "x-request-id-origin": record.origin}
+    return tagged, headers
+
+
+class _Outcome(Exception):
+    """Internal: ends reading with a final state decided while parsing."""
+
+    def __init__(self, state: State, error: str | None = None) -> None:
+        super().__init__(error or state)
+        self.state = state
+        self.error = error
+
+
+def _parse_frame(payload: str) -> dict[str, Any]:
+    """Decode one SSE data payload; an smg stream-error frame ends the request as ``error``."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        # smg keeps the decode's Content-Length on a wrapped error, so its frame can arrive
+        # truncated (router-protocol.md §2); it is still an error frame.
+        if payload.lstrip().startswith('{"error"'):
+            raise _Outcome("error", f"truncated error frame: {payload}") from None
+        raise _Outcome("error", f"malformed SSE data: {payload}") from None
+    if not isinstance(data, dict):
+        raise _Outcome("error", f"SSE data is not an object: {payload}")
+    if data.get("error") is not None:
+        raise _Outcome("error", f"stream error frame: {json.dumps(data['error'])}")
+    return data
+
+
+def _has_content(data: Mapping[str, Any]) -> bool:
+    # Defensive: a foreign worker may send odd shapes, which must not crash the whole load.
+    choices = data.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        delta = delta if isinstance(delta, dict) else {}
+        if delta.get("content") or delta.get("tool_calls") or choice.get("text"):
+            return True
+    return False
+
+
+async def _read_stream(
+    response: httpx.Response, record: RequestRecord, abort_after_tokens: int | None
+) -> None:
+    """Read SSE until the stream ends; raise :class:`_Outcome` with the final state."""
+    if abort_after_tokens is not None and abort_after_tokens <= 0:
+        raise _Outcome("aborted", "aborted by client after 0 tokens")
+    done = False
+    async for line in response.aiter_lines():
+        now = time.time()
+        if line.startswith(":"):
+            record.last_ping = now  # keep-alive: proves a live socket, not progress
+            continue
+        if not line.startswith("data:"):
+            continue  # blank separators, event:/id: fields
+        record.last_byte = now
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            done = True
+            continue  # drain to EOF so the pooled connection can be reused
+        if _has_content(_parse_frame(payload)):
+            record.tokens += 1
+            if record.first_token is None:
+                record.first_token = now
+            if abort_after_tokens is not None and record.tokens >= abort_after_tokens:
+                raise _Outcome("aborted", f"aborted by client after {record.tokens} tokens")
+    if not done:
+        raise _Outcome("error", f"stream ended without [DONE] after {record.tokens} tokens")
+    raise _Outcome("ok")
+
+
+async def _read_body(response: httpx.Response, record: RequestRecord) -> None:
+    body = await response.aread()
+    record.last_byte = time.time()
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _Outcome("error", f"response is not JSON: {body[:200]!r}") from exc
+    if isinstance(data, dict) and data.get("error") is not None:
+        raise _Outcome("error", f"error body: {json.dumps(data['error'])}")
+    usage = data.get("usage") if isinstance(data, dict) else None
+    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    record.tokens = completion if isinstance(completion, int) and completion > 0 else 1
+    record.first_token = record.last_byte
+    raise _Outcome("ok")
+
+
+async def send_chat(
+    client: httpx.AsyncClient,
+    ledger: ClientLedger,
+    record: RequestRecord,
+    *,
+    messages: Sequence[Message],
+    max_tokens: int = 16,
+    model: str = "stub-model",
+    timeout_s: float | None = 30.0,
+    abort_after_tokens: int | None = None,
+    abort_after_s: float | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    leak_stream: bool = False,
+) -> RequestRecord:
+    """Send one chat completion for ``record`` (added to ``ledger``) and give it a final state.
+
+    ``timeout_s`` is a total deadline (state ``timeout``); ``abort_after_*`` cancel on purpose
+    (state ``aborted``). With ``leak_stream`` the response is never closed after its head, so
+    its connection stays checked out of the pool (incident 6) and the record stays pending
+    until its load stops. An outside cancellation (a stop) finishes the record as ``unknown``
+    if it was sent and ``aborted`` if not, flagged ``cut_by_stop``, then propagates.
+    """
+    ledger.add(record)
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in messages],
+        "max_tokens": max_tokens,
+        "stream": record.stream,
+        **(extra_body or {}),
+    }
+    body, headers = tag_request(record, body)
+
+    async def trace(event: str, info: Mapping[str, Any]) -> None:
+        if event in _SENT_EVENTS and record.sent is None:
+            record.sent = time.time()
+
+    request = client.build_request(
+        "POST",
+        record.target + record.path,
+        json=body,
+        headers=headers,
+        extensions={"trace": trace},
+    )
+    response: httpx.Response | None = None
+    deadline = asyncio.timeout(timeout_s)
+    abort_timer = asyncio.timeout(abort_after_s)
+    state: State
+    error: str | None = None
+    try:
+        async with deadline, abort_timer:
+            response = await client.send(request, stream=True)
+            record.first_byte = time.time()
+            record.status = response.status_code
+            if leak_stream:
+                return record
+            if response.status_code >= 400:
+                text = (await response.aread()).decode(errors="replace")
+                raise _Outcome("error", f"HTTP {response.status_code}: {text}")
+            if record.stream:
+                await _read_stream(response, record, abort_after_tokens)
+            else:
+                await _read_body(response, record)
+        raise AssertionError("unreachable: readers always raise _Outcome")  # pragma: no cover
+    except _Outcome as outcome:
+        state, error = outcome.state, outcome.error
+    except TimeoutError:
+        if abort_timer.expired() and not deadline.expired():
+            state, error = "aborted", f"aborted by client after {abort_after_s}s"
+        else:
+            state, error = "timeout", f"client deadline of {timeout_s}s expired"
+    except httpx.TimeoutException as exc:  # e.g. PoolTimeout: still a client-side timeout
+        state, error = "timeout", f"{type(exc).__name__}: {exc}"
+    except httpx.TransportError as exc:
+        # Once the head is on the wire the server may have acted on it: the outcome is unknown.
+        state = "unknown" if record.sent is not None else "error"
+        error = f"{type(exc).__name__}: {exc}"
+    except httpx.HTTPError as exc:  # e.g. an undecodable body: the server answered badly
+        state, error = "error", f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        record.finish_if_pending(
+            "unknown" if record.sent is not None else "aborted",
+            error="load stopped while the request was in flight",
+        )
+        raise
+    finally:
+        if response is not None and not leak_stream:
+            await _close_quietly(response)
+    record.finish(state, error=snippet(error) if error else None)
+    return record
+
+
+async def _close_quietly(response: httpx.Response) -> None:
+    # Closing a half-read stream may itself fail on a dead socket; the state is already known.
+    with contextlib.suppress(httpx.HTTPError, OSError):
+        await response.aclose()

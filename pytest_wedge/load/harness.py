@@ -1,0 +1,160 @@
+"""The harness: agents doing rounds of tool calls, the load that wedged in the incidents.
+
+Each agent sends one chat completion per round, sequentially, with a growing history, as a
+multi-agent tool harness does. All agents share one HTTP client and so one connection pool,
+which is half of incident 6.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from faker import Faker
+
+from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.ledger import ClientLedger, RequestRecord
+
+RETRYABLE_STATES = frozenset({"error", "timeout"})
+
+
+class Harness(BackgroundLoad):
+    """``agents`` agents x ``rounds`` sequential rounds, each retried up to ``retries`` times.
+
+    Bounded twice: by count (agents x rounds x (1 + retries) requests) and by time
+    (``max_duration_s``). With ``leak_streams`` every response is left open after its head and
+    the agent moves on: the pool drains one connection per request, and with
+    ``max_connections`` set the rest wait for a connection forever, never sent.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        agents: int = 30,
+        rounds: int = 3,
+        origin: str = "harness",
+        seed: int = 0,
+        max_tokens: int = 16,
+        client_timeout_s: float | None = 30.0,
+        retries: int = 0,
+        max_connections: int | None = None,
+        pool_timeout_s: float | None = None,
+        stream: bool = True,
+        leak_streams: bool = False,
+        think_time_s: float = 0.0,
+        model: str = "stub-model",
+        ledger: ClientLedger | None = None,
+        max_duration_s: float = 120.0,
+        extra_body: Mapping[str, Any] | None = None,
+        path: str = "/v1/chat/completions",
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            origin=origin,
+            ledger=ledger,
+            max_connections=max_connections,
+            pool_timeout_s=pool_timeout_s,
+            max_duration_s=max_duration_s,
+            run_id=run_id,
+        )
+        if agents < 1 or rounds < 1 or retries < 0:
+            raise ValueError(
+                f"Harness needs agents >= 1, rounds >= 1 and retries >= 0; got "
+                f"agents={agents}, rounds={rounds}, retries={retries}"
+            )
+        self.agents = agents
+        self.rounds = rounds
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.client_timeout_s = client_timeout_s
+        self.retries = retries
+        self.stream = stream
+        self.leak_streams = leak_streams
+        self.think_time_s = think_time_s
+        self.model = model
+        self.extra_body = dict(extra_body or {})
+        self.path = path
+
+    @property
+    def max_requests(self) -> int:
+        return self.agents * self.rounds * (1 + self.retries)
+
+    async def _run(self, client: httpx.AsyncClient) -> None:
+        async with asyncio.TaskGroup() as group:
+            for agent in range(self.agents):
+                group.create_task(self._agent(client, agent), name=f"{self.origin}-agent-{agent}")
+
+    async def _agent(self, client: httpx.AsyncClient, agent: int) -> None:
+        # One Faker per agent, seeded by (seed, agent): prompts stay the same whatever order
+        # the agents are scheduled in.
+        fake = Faker()
+        fake.seed_instance(self.seed * 100_003 + agent)
+        tools = [f"{fake.word()}_{fake.word()}" for _ in range(3)]
+        history: list[dict[str, Any]] = [
+            {
+                "role": "system",
+                "content": f"You are agent {agent}. {fake.sentence()} Tools: {', '.join(tools)}",
+            },
+            {"role": "user", "content": fake.paragraph(nb_sentences=2)},
+        ]
+        for round_ in range(self.rounds):
+            record = await self._round(client, agent, round_, history)
+            if record.state == "pending":
+                continue  # a leaked stream: the agent moves on, as the buggy client did
+            call_id = f"call_{agent}_{round_}"
+            tool = fake.random_element(tools)
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": tool,
+                                "arguments": json.dumps({"query": fake.sentence(nb_words=4)}),
+                            },
+                        }
+                    ],
+                }
+            )
+            history.append({"role": "tool", "tool_call_id": call_id, "content": fake.sentence()})
+            if self.think_time_s > 0 and round_ + 1 < self.rounds:
+                await asyncio.sleep(self.think_time_s)
+
+    async def _round(
+        self, client: httpx.AsyncClient, agent: int, round_: int, history: list[dict[str, Any]]
+    ) -> RequestRecord:
+        retry_of: str | None = None
+        for attempt in range(1 + self.retries):
+            record = self.new_record(
+                f"a{agent}-r{round_}-t{attempt}",
+                path=self.path,
+                stream=self.stream,
+                agent=agent,
+                round=round_,
+                attempt=attempt,
+                retry_of=retry_of,
+            )
+            await send_chat(
+                client,
+                self.ledger,
+                record,
+                messages=history,
+                max_tokens=self.max_tokens,
+                model=self.model,
+                timeout_s=self.client_timeout_s,
+                extra_body=self.extra_body,
+                leak_stream=self.leak_streams,
+            )
+            if record.state not in RETRYABLE_STATES:
+                break
+            retry_of = record.request_id
+        return record

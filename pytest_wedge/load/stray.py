@@ -1,0 +1,105 @@
+"""The stray requester: open-loop load from another origin, the red herring of incident 1.
+
+Open loop means requests go out on schedule whether or not earlier ones finished, so a wedged
+target does not slow the stray down the way it stalls the closed-loop harness; only the
+concurrency bound stops it from piling up without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from faker import Faker
+
+from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.ledger import ClientLedger, RequestRecord
+
+
+class StrayRequester(BackgroundLoad):
+    """``rate_per_s`` requests a second to ``base_url`` (router or a worker directly).
+
+    Sent straight to a decode stub it carries no bootstrap fields; the stub copes with that.
+    When ``max_concurrency`` requests are in flight the schedule slips rather than bursting
+    to catch up later. Bounded by ``max_requests`` and ``max_duration_s``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        rate_per_s: float = 2.0,
+        origin: str = "stray-1",
+        max_tokens: int = 64,
+        max_requests: int = 1000,
+        max_duration_s: float = 120.0,
+        stream: bool = True,
+        ledger: ClientLedger | None = None,
+        seed: int = 0,
+        max_concurrency: int = 64,
+        client_timeout_s: float | None = 30.0,
+        model: str = "stub-model",
+        path: str = "/v1/chat/completions",
+        extra_body: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            base_url, origin=origin, ledger=ledger, max_duration_s=max_duration_s, run_id=run_id
+        )
+        if rate_per_s <= 0 or max_requests < 0 or max_concurrency < 1:
+            raise ValueError(
+                "StrayRequester needs rate_per_s > 0, max_requests >= 0, max_concurrency >= 1; "
+                f"got {rate_per_s}, {max_requests}, {max_concurrency}"
+            )
+        self.rate_per_s = rate_per_s
+        self.max_tokens = max_tokens
+        self.max_requests = max_requests
+        self.stream = stream
+        self.seed = seed
+        self.max_concurrency = max_concurrency
+        self.client_timeout_s = client_timeout_s
+        self.model = model
+        self.path = path
+        self.extra_body = dict(extra_body or {})
+
+    async def _run(self, client: httpx.AsyncClient) -> None:
+        fake = Faker()
+        fake.seed_instance(self.seed)
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.max_concurrency)
+        interval = 1.0 / self.rate_per_s
+        next_at = loop.time()
+        async with asyncio.TaskGroup() as group:
+            for n in range(self.max_requests):
+                delay = next_at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await slots.acquire()
+                next_at = max(next_at + interval, loop.time())
+                record = self.new_record(f"{n}", path=self.path, stream=self.stream)
+                messages = [{"role": "user", "content": fake.sentence(nb_words=8)}]
+                group.create_task(self._one(client, record, messages, slots))
+
+    async def _one(
+        self,
+        client: httpx.AsyncClient,
+        record: RequestRecord,
+        messages: list[dict[str, Any]],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        try:
+            await send_chat(
+                client,
+                self.ledger,
+                record,
+                messages=messages,
+                max_tokens=self.max_tokens,
+                model=self.model,
+                timeout_s=self.client_timeout_s,
+                extra_body=self.extra_body,
+            )
+        finally:
+            slots.release()
