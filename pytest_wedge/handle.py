@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from pytest_wedge.faults.base import Fault, FaultSet
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.metrics import metric_value
 from pytest_wedge.running import Topology
 from pytest_wedge.stubclient import StubClient, StubUnavailable
 
@@ -92,6 +95,17 @@ class Wedge:
             with contextlib.suppress(StubUnavailable):
                 ledgers[name] = stub.ledger()
         return ledgers
+
+    def metric(self, component: str, name: str, **labels: str) -> float:
+        """A metric of a stub (SGLang names) or of the router (``component="router"``).
+
+        Samples whose labels include ``labels`` are summed; an absent metric reads 0.
+        """
+        if component == "router":
+            text = httpx.get(self.topology.router_metrics_url, timeout=2.0).text
+        else:
+            text = self.stub(component).metrics()
+        return metric_value(text, name, **labels)
 
     def assert_nothing_lost(self, origin: str | None = None) -> None:
         """Every request ended in exactly one final state; otherwise a table of the lost ones."""

@@ -17,7 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from pytest_wedge.errors import ComponentStartError, MissingBinaryError
+from pytest_wedge.metrics import samples
 from pytest_wedge.ports import PortAllocator, check_free
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubclient import StubClient, StubUnavailable
@@ -170,9 +173,26 @@ class Topology:
                 self.runtime.resume(name)
         broken = [n for n in self.components if self.runtime.state(n) != "running"]
         self.toxiproxy.reset()
+        if "router" not in broken and not self._router_is_clean():
+            broken.append("router")
         if broken:
             self.restart(*broken)
         list(self._pool.map(lambda stub: stub.reset(), self.stubs.values()))
+
+    def _router_is_clean(self) -> bool:
+        """False when an earlier test left router state behind that would leak into the next.
+
+        smg's circuit breakers stay open for a minute after a burst of PD failures, and a
+        worker it marked unhealthy needs several good health checks to come back: both are
+        cleared only by a router restart, which is cheaper than waiting them out.
+        """
+        try:
+            ready = httpx.get(self.router_url + "/readiness", timeout=2.0)
+            metrics = httpx.get(self.router_metrics_url, timeout=2.0).text
+        except httpx.HTTPError:
+            return False
+        breakers_open = any(value != 0 for _, value in samples(metrics, "smg_worker_cb_state"))
+        return ready.status_code == 200 and not breakers_open
 
     def restart(self, *names: str, timeout_s: float | None = None) -> float:
         """Kill and start ``names`` again, workers first, and wait until they are ready."""

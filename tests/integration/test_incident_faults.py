@@ -1,0 +1,204 @@
+"""The incident shapes, end to end: faults + harness + stray requester, every request accounted."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from pytest_wedge.faults import (
+    CoRestart,
+    DecodeOnlyRestart,
+    Pause,
+    PinOnAbort,
+    Serialize,
+    StallAfterTokens,
+)
+from pytest_wedge.load import Aborter, LostRequestsError
+from pytest_wedge.waiting import observe, wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def tokens_by_origin(wedge, component):
+    return dict(wedge.stub(component).state()["tokens_by_origin"])
+
+
+def probe_ok(wedge) -> bool:
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "probe"}],
+        "max_tokens": 1,
+    }
+    return httpx.post(wedge.url + "/v1/chat/completions", json=body, timeout=5).status_code == 200
+
+
+def harness_tokens(wedge):
+    return sum(r.tokens for r in wedge.ledger.by_origin("harness"))
+
+
+def test_router_pause_with_stray_load_masks_the_wedge(wedge):
+    wedge.stray("decode-0", rate_per_s=10, max_tokens=64)
+    harness = wedge.harness(agents=30, rounds=3, max_tokens=8, client_timeout_s=60)
+    wait_for(lambda: harness.progress() >= 10, timeout_s=20, what="harness progress")
+
+    with wedge.fault(Pause("router")):
+        # Let what the router had already relayed drain, then watch a window.
+        time.sleep(0.3)
+        before_progress, before_tokens = harness.progress(), harness_tokens(wedge)
+        before = tokens_by_origin(wedge, "decode-0")
+        throughput = observe(
+            lambda: wedge.metric("decode-0", "sglang:gen_throughput"), for_s=1.5, interval_s=0.1
+        )
+        after = tokens_by_origin(wedge, "decode-0")
+        assert harness.progress() == before_progress, "harness progressed through a paused router"
+        assert harness_tokens(wedge) == before_tokens
+        assert min(throughput) > 0, throughput
+        window = {o: after.get(o, 0) - before.get(o, 0) for o in after}
+        assert window.get("stray-1", 0) > 0
+        assert sum(window.values()) == window["stray-1"], window  # 100 % stray-1
+
+    assert harness.wait(60)
+    states = wedge.ledger.by_origin("harness").states()
+    assert states["ok"] == 90, states
+    wedge.assert_nothing_lost("harness")
+
+
+@pytest.mark.wedge(router_args=["--cb-timeout-duration-secs", "1"])
+def test_decode_only_restart_wedges_transfer_until_co_restart(wedge):
+    assert wedge.harness(agents=1, rounds=1).wait(10)  # the prefill pairs with this decode
+    wedge.apply(DecodeOnlyRestart("decode-0"))
+    stuck = wedge.harness(agents=3, rounds=1, client_timeout_s=30, origin="after-restart")
+    wait_for(
+        lambda: wedge.metric("decode-0", "sglang:num_decode_transfer_queue_reqs") >= 3,
+        timeout_s=10,
+        what="3 requests in decode's transfer queue",
+    )
+    prefill = wedge.stub("prefill-0").ledger(origin="after-restart")["entries"]
+    assert [e["state"] for e in prefill] == ["inflight"] * 3  # prefill finished, KV held
+    assert "kv_ready" in prefill[0]["t"]
+    assert tokens_by_origin(wedge, "decode-0").get("after-restart", 0) == 0
+
+    wedge.apply(CoRestart("decode-0"))
+    assert stuck.wait(10)  # the restart ended the stuck requests
+    assert all(r.final for r in wedge.ledger.by_origin("after-restart"))
+    # Each stuck request failed 5 times (smg retries), and one PD failure counts against both
+    # workers' circuit breakers: they are open now, and the router refuses everything until
+    # they half-open (cb-timeout, 60 s by default, 1 s here).
+    wait_for(
+        lambda: wedge.metric("router", "smg_worker_cb_state") == 0 or probe_ok(wedge),
+        timeout_s=10,
+        what="the router's circuit breakers to close",
+    )
+    healed = wedge.harness(agents=5, rounds=2, origin="healed")
+    assert healed.wait(20)
+    assert wedge.ledger.by_origin("healed").states()["ok"] == 10
+
+
+@pytest.mark.wedge(stub={"prefill_ms_per_token": 20.0})
+def test_prefill_inflight_pin_after_abort(wedge):
+    wedge.apply(PinOnAbort())
+    aborter = wedge.track(
+        Aborter(
+            wedge.url,
+            count=1,
+            abort_after_s=0.2,
+            ledger=wedge.ledger,
+            extra_body={"messages": [{"role": "user", "content": "x" * 400}]},
+        )
+    )
+    aborter.start()
+    assert aborter.wait(10)
+    assert wedge.ledger.by_origin("aborter").states()["aborted"] == 1
+
+    def pinned() -> bool:
+        inflight = wedge.metric("prefill-0", "sglang:num_prefill_inflight_queue_reqs")
+        return inflight >= 1 and wedge.metric("prefill-0", "sglang:num_running_reqs") == 0
+
+    wait_for(pinned, timeout_s=10, what="the pin to show")
+    assert all(observe(pinned, for_s=1.0, interval_s=0.1)), "the pin released itself"
+
+    wedge.stub("prefill-0").set_watchdogs(inflight_pin_s=0.5)
+    wait_for(
+        lambda: wedge.metric("prefill-0", "sglang:num_prefill_inflight_queue_reqs") == 0,
+        timeout_s=5,
+        what="the in-flight pin watchdog to release the slot",
+    )
+    firings = wedge.stub("prefill-0").state()["firings"]
+    assert firings and firings[0]["watchdog"] == "inflight_pin"
+
+
+@pytest.mark.wedge(stub={"itl_ms": 5.0})
+def test_decode_serialization_under_30_agents(wedge):
+    wedge.apply(Serialize())
+    harness = wedge.harness(agents=30, rounds=1, max_tokens=8, client_timeout_s=60)
+    samples = observe(
+        lambda: (
+            wedge.metric("decode-0", "sglang:num_running_reqs"),
+            wedge.metric("decode-0", "sglang:num_queue_reqs"),
+        ),
+        for_s=1.0,
+    )
+    assert max(running for running, _ in samples) == 1
+    assert max(queued for _, queued in samples) >= 10
+    assert harness.wait(60)
+    wedge.assert_nothing_lost("harness")
+
+
+def test_client_pool_exhaustion_keeps_requests_inside_the_client(wedge):
+    harness = wedge.harness(agents=10, rounds=1, max_connections=4, leak_streams=True)
+    wait_for(
+        lambda: (
+            len(wedge.ledger.by_origin("harness")) == 10
+            and sum(r.sent is not None for r in wedge.ledger.by_origin("harness")) == 4
+        ),
+        timeout_s=10,
+        what="4 requests sent, 6 queued for a connection",
+    )
+    held = [r for r in wedge.ledger.by_origin("harness") if r.sent is None]
+    assert len(held) == 6 and all(r.state == "pending" for r in held)
+    seen = {
+        e["request_id"] for ledger in wedge.worker_ledgers().values() for e in ledger["entries"]
+    }
+    assert not seen & {r.request_id for r in held}
+    harness.stop()
+    assert {r.request_id for r in wedge.ledger.by_origin("harness").never_sent()} == {
+        r.request_id for r in held
+    }
+
+
+@pytest.mark.wedge(router_args=["--request-timeout-secs", "2"])
+def test_half_open_stream_ends_with_router_error_frame_at_request_timeout(wedge):
+    wedge.apply(StallAfterTokens(component="decode-0", tokens=3))
+    harness = wedge.harness(agents=5, rounds=1, max_tokens=16, client_timeout_s=20)
+    wait_for(
+        lambda: (
+            len(wedge.ledger.by_origin("harness")) == 5
+            and all(r.tokens == 3 for r in wedge.ledger.by_origin("harness"))
+        ),
+        timeout_s=5,
+        what="3 tokens on every stream",
+    )
+    assert all(r.state == "pending" for r in wedge.ledger.by_origin("harness"))  # held open
+    assert harness.wait(10)
+    for record in wedge.ledger.by_origin("harness"):
+        assert record.state == "error" and record.tokens == 3
+        assert record.status == 200  # smg keeps the 200 and sends an error frame
+        assert "timed out" in (record.error or "")
+        assert 1.8 <= record.finished - record.sent <= 3.5
+    wedge.assert_nothing_lost("harness")
+
+
+def test_lost_requests_are_named_in_the_failure(wedge):
+    wedge.apply(Pause("router"))
+    harness = wedge.harness(agents=3, rounds=1, client_timeout_s=None)
+    wait_for(lambda: len(wedge.ledger.by_origin("harness")) == 3, timeout_s=5, what="3 requests")
+    harness.stop()
+    with pytest.raises(LostRequestsError) as failure:
+        wedge.assert_nothing_lost("harness")
+    message = str(failure.value)
+    assert "3 harness requests" in message
+    for record in wedge.ledger.by_origin("harness"):
+        assert record.request_id in message
+    assert "To fix this" in message
