@@ -1,0 +1,103 @@
+"""Command line and settings of one stub worker process."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class StubConfig:
+    role: str
+    port: int
+    host: str = "127.0.0.1"
+    name: str = ""
+    bootstrap_port: int | None = None
+    bootstrap_routes: dict[str, str] = field(default_factory=dict)
+    model: str = "stub-model"
+    seed: int = 0
+    instance_id: str = ""
+    prefill_ms_per_token: float = 0.05
+    itl_ms: float = 5.0
+    max_running: int = 64
+    max_queue: int = 1024
+    max_tokens_default: int = 16
+    inflight_pin_watchdog_s: float | None = None
+    transfer_timeout_s: float | None = None
+    bootstrap_timeout_s: float = 300.0
+    context_length: int = 32768
+    max_total_tokens: int = 524288
+    version: str = "0.0.0-wedge-stub"
+
+    @property
+    def component(self) -> str:
+        return self.name or f"{self.role}-{self.port}"
+
+
+def _route(text: str) -> tuple[str, str]:
+    src, sep, dst = text.partition("=")
+    if not sep or ":" not in src or ":" not in dst:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT=HOST:PORT, got {text!r}")
+    return src.strip(), dst.strip()
+
+
+def _off_if_zero(value: float) -> float | None:
+    # 0 on the command line means "watchdog off", which the engine models as None.
+    return value if value > 0 else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pytest_wedge.stubs", description=__doc__)
+    p.add_argument("--role", choices=ROLES, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--name", default="")
+    p.add_argument("--bootstrap-port", type=int, default=None)
+    p.add_argument(
+        "--bootstrap-route", type=_route, action="append", default=[], metavar="HOST:PORT=HOST:PORT"
+    )
+    p.add_argument("--model", default="stub-model")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--instance-id", default="")
+    p.add_argument("--prefill-ms-per-token", type=float, default=0.05)
+    p.add_argument("--itl-ms", type=float, default=5.0)
+    p.add_argument("--max-running", type=int, default=64)
+    p.add_argument("--max-queue", type=int, default=1024)
+    p.add_argument("--max-tokens-default", type=int, default=16)
+    p.add_argument("--inflight-pin-watchdog-s", type=float, default=0.0)
+    p.add_argument("--transfer-timeout-s", type=float, default=0.0)
+    p.add_argument("--bootstrap-timeout-s", type=float, default=300.0)
+    p.add_argument("--context-length", type=int, default=32768)
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.max_running < 1 or ns.max_queue < 0:
+        parser.error("--max-running must be >= 1 and --max-queue >= 0")
+    return StubConfig(
+        role=ns.role,
+        host=ns.host,
+        port=ns.port,
+        name=ns.name,
+        bootstrap_port=ns.bootstrap_port,
+        bootstrap_routes=dict(ns.bootstrap_route),
+        model=ns.model,
+        seed=ns.seed,
+        # A fresh identity per start is what lets a restarted decode look new to the prefill.
+        instance_id=ns.instance_id or secrets.token_hex(8),
+        prefill_ms_per_token=ns.prefill_ms_per_token,
+        itl_ms=ns.itl_ms,
+        max_running=ns.max_running,
+        max_queue=ns.max_queue,
+        max_tokens_default=ns.max_tokens_default,
+        inflight_pin_watchdog_s=_off_if_zero(ns.inflight_pin_watchdog_s),
+        transfer_timeout_s=_off_if_zero(ns.transfer_timeout_s),
+        bootstrap_timeout_s=ns.bootstrap_timeout_s,
+        context_length=ns.context_length,
+    )

@@ -1,0 +1,107 @@
+"""Decode role: fetch the KV for the room from the prefill's bootstrap server, then stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from .engine import Engine
+from .flow import Failed, admit, run_request
+from .ledger import Entry
+from .sched import hold, until_released
+from .textgen import RequestInfo, token_words
+from .wire import Reply
+
+
+class KvClient:
+    """One pooled aiohttp session for all KV fetches of this decode."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # No total timeout: the fetch is a long-poll bounded by the transfer-timeout watchdog.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def target(self, info: RequestInfo) -> str:
+        if info.bootstrap_addr is None:
+            raise Failed(400, "bootstrap_room given without bootstrap_host/bootstrap_port")
+        return self.engine.config.bootstrap_routes.get(info.bootstrap_addr, info.bootstrap_addr)
+
+    async def fetch(self, info: RequestInfo, entry: Entry) -> None:
+        cfg = self.engine.config
+        url = f"http://{self.target(info)}/kv/{info.room}"
+        params = {
+            "decode_name": cfg.component,
+            "decode_instance": cfg.instance_id,
+            "request_id": info.request_id,
+            "origin": info.origin,
+        }
+        # POST, not GET: aiohttp silently retries idempotent methods on a dropped connection,
+        # and a second fetch for the same room would hide the abort the prefill must see.
+        try:
+            async with self.session().post(url, params=params) as resp:
+                await resp.read()
+                status = resp.status
+        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+            self.engine.counters.bootstrap_failed += 1
+            raise Failed(502, f"bootstrap failed: {exc}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            self.engine.counters.transfer_failed += 1
+            raise Failed(502, f"transfer failed: {exc}") from exc
+        if status != 200:
+            self.engine.counters.bootstrap_failed += 1
+            raise Failed(502, f"bootstrap failed: prefill answered {status}")
+
+
+async def handle(
+    request: web.Request, engine: Engine, kv: KvClient, info: RequestInfo
+) -> web.StreamResponse:
+    async def body(reply: Reply, entry: Entry) -> web.StreamResponse:
+        if info.room is not None:
+            engine.move(entry, "transfer", "transfer_start")
+            await until_released(entry, kv.fetch(info, entry))
+            engine.move(entry, "queued", "kv_received")
+            entry.mark("queued")
+        await admit(engine, entry, "running")
+        faults = engine.faults
+        if faults.find("stall_before_first_token", info.origin):
+            await hold(entry)
+        stall = faults.find("stall_after_tokens", info.origin)
+        stall_at = stall.tokens if stall is not None else -1
+        slow = faults.find("slow_tokens", info.origin)
+        itl = (slow.itl_ms if slow is not None else engine.config.itl_ms) / 1000.0
+        key: int | str = info.room if info.room is not None else info.request_id
+        words = token_words(engine.config.seed, key, info.max_tokens)
+        for i, word in enumerate(words):
+            if i == stall_at:
+                await hold(entry)
+            if i:
+                # sleep(0) still yields, so one fast stream cannot starve the others.
+                await asyncio.sleep(itl)
+            await reply.emit([word])
+            engine.add_tokens(entry, 1)
+            if i == 0:
+                entry.mark("first_token")
+        if stall_at >= len(words):
+            await hold(entry)
+        resp = await reply.finish()
+        engine.finish(entry, "ok")
+        return resp
+
+    first = "prealloc" if info.room is not None else "queued"
+    # The head waits for the first token: while smg still waits for both heads, a client that
+    # goes away makes smg close both legs, which is how an abort reaches the KV transfer.
+    return await run_request(request, engine, info, first, body, eager_head=False)

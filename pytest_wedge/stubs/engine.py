@@ -1,0 +1,302 @@
+"""Engine state shared by both roles: ledger, slots, faults, counters, watchdogs, rooms."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from .config import StubConfig
+from .faults import FaultSet
+from .ledger import Entry, Ledger
+from .sched import SlotPool, ThroughputWindow
+from .textgen import RequestInfo
+
+log = logging.getLogger("pytest_wedge.stubs")
+
+# Release reasons, mapped by the request flows onto final states.
+RESET = "reset"
+WATCHDOG_PIN = "inflight pin watchdog"
+TRANSFER_TIMEOUT = "transfer timeout"
+SHUTDOWN = "shutdown"
+
+
+@dataclass(eq=False)
+class Room:
+    """Prefill side of one bootstrap room: the KV and who came to fetch it."""
+
+    room: int
+    created: float = field(default_factory=time.monotonic)
+    entry: Entry | None = None
+    kv_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    fetched: asyncio.Event = field(default_factory=asyncio.Event)
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the room is torn down (reset, shutdown, prefill failure) to free waiting fetches.
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    fetchers: int = 0
+    fetch_seen: bool = False
+    stale_fetch_from: str | None = None
+
+
+@dataclass
+class Counters:
+    requests: int = 0
+    prompt_tokens: int = 0
+    aborted: int = 0
+    bootstrap_failed: int = 0
+    transfer_failed: int = 0
+
+
+class Engine:
+    def __init__(self, config: StubConfig) -> None:
+        self.config = config
+        self.faults = FaultSet()
+        self.ledger = Ledger()
+        self.slots = SlotPool(config.max_running)
+        self.counters = Counters()
+        self.throughput = ThroughputWindow()
+        self.inflight_pin_s = config.inflight_pin_watchdog_s
+        self.transfer_timeout_s = config.transfer_timeout_s
+        self.firings: deque[dict[str, Any]] = deque(maxlen=1000)
+        self.rooms: dict[int, Room] = {}
+        # bootstrap channel (decode --name) -> instance id the prefill first exchanged KV with
+        self.peers: dict[str, str] = {}
+        self._holding: set[Entry] = set()
+        self._pins: set[asyncio.Task[None]] = set()
+        self._watchdog_task: asyncio.Task[None] | None = None
+
+    # -- request lifecycle -------------------------------------------------------------
+    def open(self, info: RequestInfo, state: str) -> Entry:
+        entry = Entry(
+            request_id=info.request_id,
+            origin=info.origin,
+            room=info.room,
+            path=info.path,
+            stream=info.stream,
+            prompt_tokens=info.prompt_tokens,
+            max_tokens=info.max_tokens,
+        )
+        self.counters.requests += 1
+        self.counters.prompt_tokens += info.prompt_tokens
+        self.ledger.open(entry, state)
+        if state == "queued":
+            entry.mark("queued")
+        return entry
+
+    def move(self, entry: Entry, state: str, stamp: str | None = None) -> None:
+        self.ledger.move(entry, state, stamp)
+
+    def finish(self, entry: Entry, state: str, error: str | None = None) -> None:
+        if not entry.final:
+            entry.error = error
+            if state == "aborted":
+                self.counters.aborted += 1
+            self.ledger.move(entry, state)
+            log.info(
+                "%s %s origin=%s room=%s state=%s tokens=%d%s",
+                self.config.component,
+                entry.request_id,
+                entry.origin,
+                entry.room,
+                state,
+                entry.tokens,
+                f" error={error}" if error else "",
+            )
+        self.free_slot(entry)
+
+    async def take_slot(self, entry: Entry) -> None:
+        await self.slots.acquire()
+        self._holding.add(entry)
+
+    def mark_holding(self, entry: Entry) -> None:
+        self._holding.add(entry)
+
+    def free_slot(self, entry: Entry) -> None:
+        if entry in self._holding:
+            self._holding.discard(entry)
+            self.slots.release()
+
+    def add_tokens(self, entry: Entry, n: int) -> None:
+        self.ledger.add_tokens(entry, n)
+        self.throughput.add(n)
+
+    def pin(self, entry: Entry) -> None:
+        """Keep a request in flight after its handler died, until a release frees it."""
+        entry.detached = True
+        self.move(entry, "inflight", "kv_ready")
+
+        async def held() -> None:
+            await entry.release.wait()
+            reason = entry.release_reason
+            self.finish(entry, "released" if reason == WATCHDOG_PIN else "aborted", reason)
+
+        task = asyncio.get_running_loop().create_task(held())
+        self._pins.add(task)
+        task.add_done_callback(self._pins.discard)
+
+    def release(self, entry: Entry, reason: str) -> None:
+        if not entry.release.is_set():
+            entry.release_reason = reason
+            entry.release.set()
+
+    # -- faults --------------------------------------------------------------------------
+    def apply_capacity(self) -> None:
+        serialized = self.config.role == "decode" and self.faults.has_kind("serialize")
+        self.slots.set_capacity(1 if serialized else self.config.max_running)
+
+    # -- rooms (prefill) --------------------------------------------------------------------
+    def room(self, room_id: int) -> Room:
+        room = self.rooms.get(room_id)
+        if room is None:
+            room = self.rooms[room_id] = Room(room_id)
+        return room
+
+    def drop_room(self, room: Room) -> None:
+        if room.fetchers == 0 and (room.entry is None or room.entry.final):
+            self.rooms.pop(room.room, None)
+
+    # -- watchdogs ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._watchdog_task = asyncio.get_running_loop().create_task(self._watchdog_loop())
+
+    async def stop(self) -> None:
+        if self._watchdog_task is not None:
+            self._watchdog_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog_task
+        for entry in list(self.ledger.active):
+            self.release(entry, SHUTDOWN)
+        for room in self.rooms.values():
+            room.closed.set()
+
+    def set_watchdogs(self, inflight_pin_s: float | None, transfer_timeout_s: float | None) -> None:
+        self.inflight_pin_s = inflight_pin_s
+        self.transfer_timeout_s = transfer_timeout_s
+
+    def _fire(self, watchdog: str, entry: Entry, reason: str) -> None:
+        self.firings.append(
+            {
+                "watchdog": watchdog,
+                "at": time.time(),
+                "request_id": entry.request_id,
+                "room": entry.room,
+            }
+        )
+        log.warning(
+            "%s watchdog %s fired for %s room=%s",
+            self.config.component,
+            watchdog,
+            entry.request_id,
+            entry.room,
+        )
+        self.release(entry, reason)
+
+    def check_watchdogs(self, now: float) -> None:
+        pin, transfer = self.inflight_pin_s, self.transfer_timeout_s
+        if pin is None and transfer is None:
+            return
+        for entry in list(self.ledger.active):
+            if entry.release.is_set():
+                continue
+            if (
+                pin is not None
+                and entry.state == "inflight"
+                and now - entry.t.get("kv_ready", now) > pin
+            ):
+                self._fire("inflight_pin", entry, WATCHDOG_PIN)
+            elif (
+                transfer is not None
+                and entry.state in ("prealloc", "transfer")
+                and now - entry.t.get("transfer_start", entry.t["arrived"]) > transfer
+            ):
+                self._fire("transfer_timeout", entry, TRANSFER_TIMEOUT)
+
+    async def _watchdog_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            try:
+                self.check_watchdogs(time.time())
+                self._purge_rooms()
+            except Exception:  # a broken tick must not silently end the watchdog
+                log.exception("watchdog tick failed")
+
+    def _purge_rooms(self) -> None:
+        # Rooms opened only by a fetch whose prefill request never came would otherwise leak.
+        cutoff = time.monotonic() - 60.0
+        for room in [r for r in self.rooms.values() if r.entry is None and r.created < cutoff]:
+            room.closed.set()
+            if room.fetchers == 0:
+                self.rooms.pop(room.room, None)
+
+    # -- reset ---------------------------------------------------------------------------------
+    async def reset(self) -> None:
+        self.faults.clear()
+        self.apply_capacity()
+        self.set_watchdogs(self.config.inflight_pin_watchdog_s, self.config.transfer_timeout_s)
+        self.peers.clear()
+        for entry in list(self.ledger.active):
+            self.release(entry, RESET)
+        for room in self.rooms.values():
+            room.closed.set()
+        deadline = time.monotonic() + 1.0
+        while self.ledger.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.rooms = {k: r for k, r in self.rooms.items() if r.fetchers}
+        self.ledger.clear()
+        self.counters = Counters()
+        self.firings.clear()
+        self.throughput = ThroughputWindow()
+
+    # -- views -----------------------------------------------------------------------------------
+    def used_tokens(self) -> int:
+        return sum(
+            e.prompt_tokens + e.tokens
+            for e in self.ledger.active
+            if e.state in ("running", "prefilling", "inflight")
+        )
+
+    def prefill_prealloc(self) -> int:
+        """Prefill requests whose decode has not come for the KV yet (SGLang's bootstrap queue)."""
+        rooms = [self.rooms.get(e.room) for e in self.ledger.active if e.room is not None]
+        return sum(1 for r in rooms if r is not None and not r.fetch_seen)
+
+    def snapshot(self) -> dict[str, Any]:
+        led = self.ledger
+        return {
+            "component": self.config.component,
+            "role": self.config.role,
+            "instance": self.config.instance_id,
+            "model": self.config.model,
+            "states": {k: v for k, v in led.state_counts.items() if v},
+            "active": len(led.active),
+            "running": led.count("running") + led.count("prefilling"),
+            "queued": led.count("queued"),
+            "inflight": led.count("inflight"),
+            "prealloc": led.count("prealloc"),
+            "transfer": led.count("transfer"),
+            "slots": {
+                "capacity": self.slots.capacity,
+                "used": self.slots.used,
+                "waiting": self.slots.waiting,
+            },
+            "tokens_total": led.tokens_total,
+            "tokens_by_origin": dict(led.tokens_by_origin),
+            "gen_throughput": self.throughput.rate(),
+            "counters": vars(self.counters).copy(),
+            "faults": self.faults.to_json(),
+            "watchdogs": {
+                "inflight_pin_s": self.inflight_pin_s,
+                "transfer_timeout_s": self.transfer_timeout_s,
+            },
+            "firings": list(self.firings),
+            "transfer_peers": dict(self.peers),
+        }
+
+
+ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)

@@ -1,0 +1,94 @@
+"""What both roles share around a request: the outcome of a release, ending a response."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .engine import RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
+from .ledger import Entry
+from .sched import Released, until_released
+from .textgen import RequestInfo
+from .wire import Reply
+
+Body = Callable[[Reply, Entry], Awaitable[web.StreamResponse]]
+
+
+def outcome(reason: str) -> tuple[str, int]:
+    """Final ledger state and HTTP status for a request ended by a release."""
+    if reason == WATCHDOG_PIN:
+        return "released", 503
+    if reason == TRANSFER_TIMEOUT:
+        return "error", 500
+    if reason in (RESET, SHUTDOWN):
+        return "aborted", 503
+    return "error", 500
+
+
+class Failed(Exception):
+    """The request ends in state error with this status and message."""
+
+    def __init__(self, status: int, message: str, state: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.state = state
+
+
+async def run_request(
+    request: web.Request,
+    engine: Engine,
+    info: RequestInfo,
+    first_state: str,
+    body: Body,
+    *,
+    eager_head: bool,
+) -> web.StreamResponse:
+    """Open the ledger entry, run the role's body, and map every way out onto a final state."""
+    reply = Reply(info, engine.config.model, request)
+    entry = engine.open(info, first_state)
+    try:
+        if info.stream and eager_head:
+            await reply.start()
+        return await body(reply, entry)
+    except Released as rel:
+        state, status = outcome(rel.reason)
+        if rel.reason == TRANSFER_TIMEOUT:
+            engine.counters.transfer_failed += 1
+        engine.finish(entry, state, rel.reason)
+        return await _end(request, reply, status, rel.reason)
+    except Failed as exc:
+        engine.finish(entry, exc.state, exc.message)
+        return await _end(request, reply, exc.status, exc.message)
+    except asyncio.CancelledError:
+        if not entry.detached:
+            engine.finish(entry, "aborted", "client disconnected")
+        raise
+    except ConnectionResetError:
+        engine.finish(entry, "aborted", "client disconnected")
+        return reply.resp or web.Response(status=499)
+    finally:
+        if not entry.detached:
+            if not entry.final:
+                engine.finish(entry, "error", "stub internal error")
+            engine.free_slot(entry)
+
+
+async def _end(request: web.Request, reply: Reply, status: int, message: str) -> web.StreamResponse:
+    try:
+        return await reply.fail(status, message)
+    except ConnectionResetError:
+        return reply.resp or web.Response(status=499)
+
+
+async def admit(engine: Engine, entry: Entry, running_state: str) -> None:
+    """Wait for a running slot (FIFO), bounded by --max-queue."""
+    if not engine.slots.try_acquire():
+        if engine.slots.waiting >= engine.config.max_queue:
+            raise Failed(503, "queue full")
+        await until_released(entry, engine.take_slot(entry))
+    else:
+        engine.mark_holding(entry)
+    engine.move(entry, running_state, "running")

@@ -1,0 +1,155 @@
+"""Prefill role: admit, prefill, hold the KV until the decode fetches it; the bootstrap server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+
+from .engine import ENGINE, Engine, Room
+from .flow import Failed, admit, run_request
+from .ledger import Entry
+from .sched import hold, until_released
+from .textgen import RequestInfo
+from .wire import Reply, send_error
+
+log = logging.getLogger("pytest_wedge.stubs")
+
+
+async def _wait_any(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+async def _await_transfer(engine: Engine, room: Room, entry: Entry) -> None:
+    try:
+        await asyncio.wait_for(
+            _wait_any(room.fetched, room.aborted), engine.config.bootstrap_timeout_s
+        )
+    except TimeoutError:
+        engine.counters.bootstrap_failed += 1
+        raise Failed(500, "bootstrap timeout: no decode came for the KV") from None
+    if room.fetched.is_set():
+        return
+    if engine.faults.find("pin_on_abort", entry.origin):
+        # The engine bug under test: the aborted transfer never frees the in-flight slot.
+        await hold(entry)
+    raise Failed(499, "transfer aborted by decode", state="aborted")
+
+
+async def handle(request: web.Request, engine: Engine, info: RequestInfo) -> web.StreamResponse:
+    room = engine.room(info.room) if info.room is not None else None
+
+    async def body(reply: Reply, entry: Entry) -> web.StreamResponse:
+        try:
+            return await _prefill(reply, entry)
+        except asyncio.CancelledError:
+            # smg closes the prefill leg too when its client goes away; the buggy engine keeps
+            # the slot and the KV anyway, with no handler left to free them.
+            pinned = engine.faults.find("pin_on_abort", entry.origin)
+            if pinned and entry.state in ("prefilling", "inflight"):
+                engine.pin(entry)
+            raise
+
+    async def _prefill(reply: Reply, entry: Entry) -> web.StreamResponse:
+        if room is not None:
+            room.entry = entry
+        await admit(engine, entry, "prefilling")
+        if engine.faults.find("stall_before_first_token", info.origin):
+            await hold(entry)
+        await until_released(
+            entry, asyncio.sleep(info.prompt_tokens * engine.config.prefill_ms_per_token / 1000.0)
+        )
+        engine.move(entry, "inflight", "kv_ready")
+        if room is not None:
+            room.kv_ready.set()
+            await until_released(entry, _await_transfer(engine, room, entry))
+        resp = await reply.finish()
+        engine.finish(entry, "ok")
+        return resp
+
+    try:
+        # smg needs the prefill head promptly for streams; the body may follow much later.
+        return await run_request(request, engine, info, "queued", body, eager_head=True)
+    finally:
+        if room is not None:
+            # Any fetch still waiting for KV that will never come must be answered now.
+            if not room.kv_ready.is_set() or not room.fetched.is_set():
+                room.closed.set()
+            engine.drop_room(room)
+
+
+# -- bootstrap server ------------------------------------------------------------------------
+
+
+async def kv_fetch(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE]
+    try:
+        room_id = int(request.match_info["room"])
+    except ValueError:
+        return await send_error(request, 400, "room must be an integer")
+    name = request.query.get("decode_name") or "decode"
+    instance = request.query.get("decode_instance", "")
+    room = engine.room(room_id)
+    room.fetchers += 1
+    try:
+        origin = room.entry.origin if room.entry else request.query.get("origin", "unknown")
+        if engine.faults.find("refuse_bootstrap", origin):
+            return await send_error(request, 503, "bootstrap refused (fault refuse_bootstrap)")
+        peer = engine.peers.setdefault(name, instance)
+        if peer != instance:
+            # A real prefill keeps pushing to the decode it knows; the new one never gets KV.
+            room.stale_fetch_from = instance
+            log.warning(
+                "%s room %s: fetch from %s instance %s, transfer peer is %s; holding",
+                engine.config.component,
+                room_id,
+                name,
+                instance,
+                peer,
+            )
+            await room.closed.wait()
+            return await send_error(request, 503, "transfer peer was reset")
+        room.fetch_seen = True
+        try:
+            await _wait_any(room.kv_ready, room.closed)
+            if not room.kv_ready.is_set() or room.entry is None:
+                return await send_error(request, 503, "prefill request ended before KV was ready")
+            room.entry.mark("transfer_start")
+            payload = {
+                "room": room_id,
+                "prompt_tokens": room.entry.prompt_tokens,
+                "prefill": engine.config.component,
+                "prefill_instance": engine.config.instance_id,
+            }
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            await resp.write(json.dumps(payload).encode())
+            await resp.write_eof()
+            room.fetched.set()
+            return resp
+        except (asyncio.CancelledError, ConnectionResetError):
+            if not room.fetched.is_set():
+                room.aborted.set()
+            raise
+    finally:
+        room.fetchers -= 1
+        engine.drop_room(room)
+
+
+async def bootstrap_health(request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+def bootstrap_app(engine: Engine) -> web.Application:
+    app = web.Application()
+    app[ENGINE] = engine
+    app.router.add_post("/kv/{room}", kv_fetch)
+    app.router.add_get("/health", bootstrap_health)
+    return app

@@ -1,0 +1,290 @@
+"""The worker's HTTP surface (SGLang-compatible + control API) and the process main loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from . import decode, prefill
+from .config import StubConfig
+from .engine import ENGINE, Engine
+from .faults import FaultError, parse_fault
+from .metrics import make_registry, render
+from .textgen import PATHS, BadRequest, parse_request
+from .wire import send_error
+
+log = logging.getLogger("pytest_wedge.stubs")
+KV: web.AppKey[decode.KvClient] = web.AppKey("kv", decode.KvClient)
+REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.json_response(obj, status=status)
+
+
+# -- worker identity (what smg probes at registration) -------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def models(request: web.Request) -> web.Response:
+    cfg = request.app[ENGINE].config
+    # owned_by "sglang" ends smg's backend detection before it ever probes /version.
+    return _json(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": cfg.model,
+                    "object": "model",
+                    "owned_by": "sglang",
+                    "root": cfg.model,
+                    "max_model_len": cfg.context_length,
+                }
+            ],
+        }
+    )
+
+
+async def server_info(request: web.Request) -> web.Response:
+    cfg = request.app[ENGINE].config
+    return _json(
+        {
+            "model_path": cfg.model,
+            "served_model_name": cfg.model,
+            "tokenizer_path": cfg.model,
+            "disaggregation_mode": cfg.role,
+            "disaggregation_transfer_backend": "fake",
+            "disaggregation_bootstrap_port": cfg.bootstrap_port,
+            "tp_size": 1,
+            "dp_size": 1,
+            "version": cfg.version,
+            "context_length": cfg.context_length,
+            "max_total_tokens": cfg.max_total_tokens,
+            "max_running_requests": cfg.max_running,
+            "wedge_stub": True,
+            "wedge_instance": cfg.instance_id,
+        }
+    )
+
+
+async def model_info(request: web.Request) -> web.Response:
+    cfg = request.app[ENGINE].config
+    return _json(
+        {
+            "model_path": cfg.model,
+            "tokenizer_path": cfg.model,
+            "is_generation": True,
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = render(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+# -- generation -------------------------------------------------------------------------------
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE]
+    cfg = engine.config
+    try:
+        body = json.loads(await request.read())
+        info = parse_request(
+            request.path,
+            body,
+            request.headers,
+            default_tokens=cfg.max_tokens_default,
+            limit=cfg.context_length,
+        )
+    except (BadRequest, ValueError) as exc:
+        return await send_error(request, 400, f"bad request: {exc}")
+    crash = engine.faults.find("crash", info.origin)
+    if crash is not None:
+        log.error("%s crash fault %s: exiting with %d", cfg.component, crash.name, crash.exit_code)
+        sys.stderr.flush()
+        os._exit(crash.exit_code)
+    err = engine.faults.find("error_status", info.origin)
+    if err is not None:
+        entry = engine.open(info, "queued")
+        engine.finish(entry, "error", f"error_status fault {err.name}: {err.status}")
+        return await send_error(request, err.status, err.message)
+    if cfg.role == "decode":
+        return await decode.handle(request, engine, request.app[KV], info)
+    return await prefill.handle(request, engine, info)
+
+
+# -- ledger and control API ------------------------------------------------------------------
+
+
+async def ledger(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    cfg = engine.config
+    return _json(
+        {
+            "component": cfg.component,
+            "role": cfg.role,
+            "instance": cfg.instance_id,
+            "entries": engine.ledger.to_json(request.query.get("origin")),
+        }
+    )
+
+
+async def state(request: web.Request) -> web.Response:
+    return _json(request.app[ENGINE].snapshot())
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read() or b"{}")
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"malformed JSON: {exc}") from exc
+
+
+async def list_faults(request: web.Request) -> web.Response:
+    return _json({"faults": request.app[ENGINE].faults.to_json()})
+
+
+async def add_fault(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    try:
+        fault = parse_fault(await _body(request))
+    except FaultError as exc:
+        return _json({"error": str(exc)}, status=400)
+    engine.faults.add(fault)
+    engine.apply_capacity()
+    log.info("%s fault added: %s", engine.config.component, fault.to_json())
+    return _json({"added": fault.to_json(), "faults": engine.faults.to_json()})
+
+
+async def delete_fault(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    removed = engine.faults.remove(request.match_info["name"])
+    engine.apply_capacity()
+    return _json({"removed": removed, "faults": engine.faults.to_json()})
+
+
+async def reset(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    await engine.reset()
+    log.info("%s reset", engine.config.component)
+    return _json(engine.snapshot())
+
+
+def _seconds(body: dict[str, Any], key: str, current: float | None) -> float | None:
+    if key not in body:
+        return current
+    value = body[key]
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise web.HTTPBadRequest(text=f"{key} must be a non-negative number or null")
+    return float(value)
+
+
+async def watchdogs(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="body must be a JSON object")
+    engine.set_watchdogs(
+        _seconds(body, "inflight_pin_s", engine.inflight_pin_s),
+        _seconds(body, "transfer_timeout_s", engine.transfer_timeout_s),
+    )
+    return _json(
+        {"inflight_pin_s": engine.inflight_pin_s, "transfer_timeout_s": engine.transfer_timeout_s}
+    )
+
+
+def make_app(engine: Engine) -> web.Application:
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app[ENGINE] = engine
+    app[REGISTRY] = make_registry(engine)
+    if engine.config.role == "decode":
+        kv = decode.KvClient(engine)
+        app[KV] = kv
+
+        async def close_kv(_: web.Application) -> None:
+            await kv.close()
+
+        app.on_cleanup.append(close_kv)
+    r = app.router
+    r.add_get("/health", health)
+    r.add_get("/v1/models", models)
+    for path in ("/server_info", "/get_server_info"):
+        r.add_get(path, server_info)
+    for path in ("/model_info", "/get_model_info"):
+        r.add_get(path, model_info)
+    r.add_get("/metrics", metrics)
+    for path in PATHS:
+        r.add_post(path, generate)
+    r.add_get("/ledger", ledger)
+    r.add_get("/control/state", state)
+    r.add_get("/control/faults", list_faults)
+    r.add_post("/control/faults", add_fault)
+    r.add_delete("/control/faults/{name}", delete_fault)
+    r.add_post("/control/reset", reset)
+    r.add_post("/control/watchdogs", watchdogs)
+    return app
+
+
+async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:
+    # handler_cancellation: a client that goes away must cancel the request, as it aborts in SGLang.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.2)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=1024, reuse_address=True).start()
+    return runner
+
+
+async def serve(config: StubConfig) -> None:
+    engine = Engine(config)
+    runners = [await _start(make_app(engine), config.host, config.port)]
+    if config.role == "prefill" and config.bootstrap_port:
+        runners.append(
+            await _start(prefill.bootstrap_app(engine), config.host, config.bootstrap_port)
+        )
+    engine.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "%s ready: role=%s port=%s bootstrap_port=%s instance=%s",
+        config.component,
+        config.role,
+        config.port,
+        config.bootstrap_port,
+        config.instance_id,
+    )
+    await stop.wait()
+    log.info("%s stopping", config.component)
+    # Releasing first lets stuck requests end with a final frame instead of a reset.
+    await engine.stop()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.gather(*(r.cleanup() for r in runners)), 0.3)
+
+
+def main(config: StubConfig) -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    asyncio.run(serve(config))
+    sys.stderr.flush()
+    # Skip interpreter teardown: exiting within 0.5 s of SIGTERM matters more than tidy finalizers.
+    os._exit(0)
