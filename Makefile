@@ -7,9 +7,17 @@ TOXIPROXY := bin/toxiproxy-server
 TOXIPROXY_VERSION := 2.12.0
 PYTEST_ARGS ?=
 
-.PHONY: install scenarios test lint bench soak docker-up docker-down clean
+WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
+export WEDGE_DOCKER_DIR
+
+.PHONY: install system-deps scenarios test lint bench soak docker-up docker-down clean
 
 install: $(VENV)/.installed $(TOXIPROXY)
+
+# Headless Chromium renders the HTML timeline in a test (Debian's package; no browser download).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,10 +39,17 @@ scenarios: install
 	$(BIN)/python -m pytest --wedge-scenarios -p no:randomly -q $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no scenario ran"; exit 1; fi; exit $$rc
 
-# The test suite. pytest's exit 5 (nothing collected) is a failure, not a pass.
-test: install lint
-	$(BIN)/python -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+# The test suite, with a private dockerd for the docker-runtime tests (started and stopped
+# here; WEDGE_DOCKER=0 skips Docker). pytest's exit 5 (nothing collected) is a failure.
+test: install system-deps lint
+	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; exit $$rc
+
+docker-up:
+	scripts/docker-daemon.sh up
+
+docker-down:
+	scripts/docker-daemon.sh down
 
 lint: install
 	$(BIN)/ruff check pytest_wedge tests bench

@@ -1,0 +1,295 @@
+"""The docker runtime: each component one host-networked container, driven by docker-py.
+
+Containers run the same command lines as the process runtime, from an image assembled from
+this host's files (see :mod:`pytest_wedge.runtime.images`). Host networking keeps every port on
+127.0.0.1, so Toxiproxy, smg and the stubs address each other exactly as they do as processes;
+it also means the daemon must run on this machine.
+
+``start`` hands create+start to a thread pool and returns, so a topology's workers start in
+parallel; every other call on that component first waits for its start to finish, which is
+also where a failed start is raised. Logs are followed into ``logs/<name>.log`` under the
+artifacts directory, so they survive the container's removal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from pytest_wedge.errors import ComponentStartError, ConfigError
+from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState
+from pytest_wedge.runtime.process import owner_alive, owner_tag
+from pytest_wedge.topology import ComponentSpec
+
+LABEL_SESSION = "pytest-wedge.session"
+LABEL_OWNER = "pytest-wedge.owner"
+LABEL_COMPONENT = "pytest-wedge.component"
+# Owner PIDs mean something only in the PID namespace (and boot) that wrote them.
+LABEL_PIDNS = "pytest-wedge.pidns"
+_STATES: dict[str, ComponentState] = {"running": "running", "created": "running",
+                                      "restarting": "running", "paused": "paused",
+                                      "exited": "exited", "dead": "exited",
+                                      "removing": "exited"}  # fmt: skip
+
+
+def pid_namespace() -> str:
+    with open("/proc/sys/kernel/random/boot_id") as fh:
+        boot = fh.read().strip()
+    return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+
+
+def connect() -> Any:
+    """A docker-py client, or a ConfigError that says how to get one."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise ConfigError(
+            "The docker runtime needs the Docker SDK for Python, which is not installed",
+            facts={"python": sys.executable},
+            fix="pip install 'pytest-wedge[docker]'",
+        ) from exc
+    host = os.environ.get("DOCKER_HOST", "(unset: unix:///var/run/docker.sock)")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise ConfigError(
+            "No Docker daemon answered",
+            facts={"DOCKER_HOST": host, "error": exc},
+            fix="run `make docker-up` and export the DOCKER_HOST line it prints (a private "
+            "dockerd at unix:///tmp/pytest-wedge-docker/docker.sock), or point DOCKER_HOST at "
+            "a daemon on this machine; or use --wedge-runtime=process",
+        ) from exc
+    return client
+
+
+class DockerRuntime:
+    """Runtime protocol over docker-py containers."""
+
+    name = "docker"
+
+    def __init__(self, artifacts_dir: Path, session_id: str, *, client: Any = None) -> None:
+        from pytest_wedge.runtime.images import ensure_image
+
+        self.logs_dir = artifacts_dir / "logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.session_id = session_id
+        self._owner = owner_tag()
+        self._pidns = pid_namespace()
+        self._client = client or connect()
+        self._image = ensure_image(self._client)
+        self._prefix = f"pytest-wedge-{session_id}-{uuid.uuid4().hex[:6]}"
+        self._specs: dict[str, ComponentSpec] = {}
+        self._containers: dict[str, Any] = {}
+        self._pending: dict[str, Future[None]] = {}
+        self._followers: dict[str, threading.Thread] = {}
+        self._lock = threading.RLock()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-docker")
+
+    @property
+    def image(self) -> str:
+        return self._image.tag
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, component: ComponentSpec) -> None:
+        program = component.argv[0]
+        if os.path.isabs(program) and program not in self._image.paths:
+            from pytest_wedge.runtime.images import ensure_image
+
+            # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...).
+            self._image = ensure_image(self._client, [program])
+        with self._lock:
+            self._specs[component.name] = component
+            self._pending[component.name] = self._pool.submit(self._run, component)
+
+    def _run(self, component: ComponentSpec) -> None:
+        import docker.errors
+
+        name = component.name
+        self._remove(name)
+        with open(self.logs_dir / f"{name}.log", "ab") as log:
+            log.write(f"--- start ({self.image}): {' '.join(component.argv)}\n".encode())
+        env = {**dict(component.env), SESSION_ENV: self.session_id, OWNER_ENV: self._owner,
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        try:
+            container = self._client.containers.create(
+                self.image,
+                command=list(component.argv),
+                name=f"{self._prefix}-{name}",
+                environment=env,
+                network_mode="host",
+                init=True,  # without it Python as PID 1 ignores SIGTERM and stop() takes 10 s
+                labels={
+                    LABEL_SESSION: self.session_id,
+                    LABEL_OWNER: self._owner,
+                    LABEL_COMPONENT: name,
+                    LABEL_PIDNS: self._pidns,
+                },
+            )
+            self._containers[name] = container
+            container.start()
+        except docker.errors.DockerException as exc:
+            raise ComponentStartError(
+                f"Could not start {name} in a container",
+                facts={"image": self.image, "command": " ".join(component.argv), "error": exc},
+                fix="'executable file not found' means the program is not in the image: give "
+                "its absolute host path (it is then added), or use --wedge-runtime=process",
+            ) from exc
+        follower = threading.Thread(target=self._follow, args=(name, container), daemon=True,
+                                    name=f"wedge-logs-{name}")  # fmt: skip
+        self._followers[name] = follower
+        follower.start()
+
+    def _follow(self, name: str, container: Any) -> None:
+        # Ends by itself when the container exits or is removed.
+        with contextlib.suppress(Exception), open(self.logs_dir / f"{name}.log", "ab") as log:
+            for chunk in container.logs(stream=True, follow=True):
+                log.write(chunk)
+                log.flush()
+
+    def _settle(self, name: str) -> Any:
+        """The component's container once its start finished; a failed start raises here."""
+        pending = self._pending.pop(name, None)
+        if pending is not None:
+            pending.result()
+        return self._containers.get(name)
+
+    def _remove(self, name: str) -> None:
+        container = self._containers.pop(name, None)
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        follower = self._followers.pop(name, None)
+        if follower is not None:
+            follower.join(timeout=2.0)
+
+    def _reload(self, name: str) -> Any:
+        import docker.errors
+
+        container = self._settle(name)
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return None
+        return container
+
+    def stop(self, name: str) -> None:
+        """Graceful stop (SIGTERM, SIGKILL after 2 s; smg alone takes ~5 s to drain)."""
+        container = self._reload(name)
+        if container is None:
+            return
+        self.resume(name)
+        with contextlib.suppress(Exception):
+            container.stop(timeout=2)
+
+    def kill(self, name: str) -> None:
+        container = self._reload(name)
+        if container is None or container.status not in ("running", "paused", "created"):
+            return
+        with contextlib.suppress(Exception):
+            container.kill()  # SIGKILL; a paused container dies too
+            container.wait(timeout=5)
+
+    def pause(self, name: str) -> None:
+        container = self._reload(name)
+        if container is not None and container.status == "running":
+            container.pause()
+
+    def resume(self, name: str) -> None:
+        container = self._reload(name)
+        if container is not None and container.status == "paused":
+            container.unpause()
+
+    def restart(self, name: str) -> None:
+        """Remove and create again: a restarted component gets a new container and PID."""
+        self._settle(name)
+        self.kill(name)
+        self.start(self._specs[name])
+
+    # -- introspection ---------------------------------------------------------------------
+    def pid(self, name: str) -> int | None:
+        """The host PID of the program, for py-spy and /proc; not docker-init's PID 1."""
+        container = self._reload(name)
+        if container is None or container.status not in ("running", "paused"):
+            return None
+        init_pid = int(container.attrs["State"]["Pid"])
+        with contextlib.suppress(psutil.Error):
+            children = psutil.Process(init_pid).children()
+            if len(children) == 1:
+                return children[0].pid
+        return init_pid or None
+
+    def exit_code(self, name: str) -> int | None:
+        container = self._reload(name)
+        if container is None or _STATES.get(container.status) != "exited":
+            return None
+        return int(container.attrs["State"]["ExitCode"])
+
+    def state(self, name: str) -> ComponentState:
+        container = self._reload(name)
+        return "absent" if container is None else _STATES.get(container.status, "exited")
+
+    def running(self, name: str) -> bool:
+        return self.state(name) in ("running", "paused")
+
+    def log_path(self, name: str) -> str | None:
+        path = self.logs_dir / f"{name}.log"
+        return str(path) if path.exists() else None
+
+    def logs(self, name: str, tail: int = 40) -> str:
+        container = self._reload(name)
+        if container is not None:
+            with contextlib.suppress(Exception):
+                text: str = container.logs(tail=tail).decode("utf-8", "replace")
+                return text.rstrip("\n")
+        path = self.logs_dir / f"{name}.log"
+        if not path.exists():
+            return ""
+        lines = path.read_bytes()[-64 * 1024 :].decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-tail:])
+
+    def pids(self) -> list[int]:
+        return [pid for name in list(self._containers) if (pid := self.pid(name)) is not None]
+
+    def close(self) -> None:
+        """Remove every container of this runtime; forced, so teardown never waits on a drain."""
+        for name in list(self._pending):
+            with contextlib.suppress(Exception):
+                self._settle(name)
+        list(self._pool.map(self._remove, list(self._containers)))
+        self._pool.shutdown(wait=True)
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+def sweep_containers(client: Any = None) -> list[str]:
+    """Remove containers of pytest-wedge sessions whose owning pytest is gone.
+
+    Only containers with our session label are looked at, and only those whose owner label was
+    written in this PID namespace can be judged; a live owner's containers are left alone.
+    """
+    own_client = client is None
+    client = client or connect()
+    here = pid_namespace()
+    removed: list[str] = []
+    for container in client.containers.list(all=True, filters={"label": LABEL_SESSION}):
+        labels = container.labels or {}
+        owner = labels.get(LABEL_OWNER)
+        if owner is None or labels.get(LABEL_PIDNS) != here or owner_alive(owner):
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.name)
+    if own_client:
+        client.close()
+    return removed
