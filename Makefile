@@ -56,7 +56,7 @@ lint: install
 	$(BIN)/mypy
 
 bench: install
-	$(BIN)/python -m bench
+	scripts/docker-daemon.sh run $(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) bin .wedge-artifacts *.egg-info

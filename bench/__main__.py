@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["topology"]
+BENCHES = ["topology", "docker"]
 
 
 def main(argv: list[str]) -> int:

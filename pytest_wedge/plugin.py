@@ -62,6 +62,10 @@ class WedgePlugin:
         try:
             binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
             find_executables(binary)
+            if self.value("wedge_runtime") == "docker":
+                from pytest_wedge.runtime.docker import connect
+
+                connect().close()
         except WedgeError as exc:
             raise pytest.UsageError(str(exc)) from exc
 

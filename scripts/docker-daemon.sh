@@ -85,12 +85,16 @@ up() {
     echo "export DOCKER_HOST=unix://$SOCK"
 }
 
-remove_our_containers() {
+our_container_ids() {
     ping || return 0
-    local ids id
     # Only containers carrying our session label; anything else on this daemon is left alone.
-    ids="$(api "http://localhost/containers/json?all=1&filters=%7B%22label%22%3A%5B%22$LABEL%22%5D%7D" \
-        | grep -o '"Id":"[0-9a-f]*"' | cut -d'"' -f4 | tr '\n' ' ')" || return 0
+    api "http://localhost/containers/json?all=1&filters=%7B%22label%22%3A%5B%22$LABEL%22%5D%7D" \
+        | { grep -o '"Id":"[0-9a-f]*"' || true; } | cut -d'"' -f4 | tr '\n' ' '
+}
+
+remove_our_containers() {
+    local ids id
+    ids="$(our_container_ids)" || return 0
     for id in $ids; do
         api -X DELETE "http://localhost/containers/$id?force=1" >/dev/null || true
     done
@@ -104,7 +108,7 @@ down() {
     fi
     # Containers first: with one still running, dockerd takes ~12 s to stop instead of ~2 s.
     remove_our_containers
-    local pid
+    local pid unclean=0
     if pid="$(daemon_pid)"; then
         kill -TERM "$pid"
         local deadline=$((SECONDS + STOP_DEADLINE_S))
@@ -113,6 +117,7 @@ down() {
                 log "dockerd (pid $pid) ignored SIGTERM for ${STOP_DEADLINE_S}s; sending SIGKILL"
                 kill -KILL "$pid" 2>/dev/null || true
                 sleep 0.5
+                unclean=1
                 break
             fi
             sleep 0.1
@@ -130,6 +135,7 @@ down() {
         exit 1
     fi
     rm -rf "$B"
+    [ "$unclean" = 0 ] || { log "dockerd did not stop cleanly"; return 1; }
     log "removed $B"
 }
 
@@ -146,9 +152,16 @@ run() {
     eval "$line"
     export DOCKER_HOST
     # EXIT also covers Ctrl-C and a failing CMD, so a started daemon never outlives the run.
-    [ "$started" = 0 ] || trap 'down' EXIT
+    [ "$started" = 0 ] || trap 'status=$?; down || status=1; exit $status' EXIT
     local rc=0
     "$@" || rc=$?
+    # The suite must clean up after itself: a labelled container left now is a leak to fix.
+    local left
+    left="$(our_container_ids)"
+    if [ -n "$left" ]; then
+        log "LEAK: $(wc -w <<<"$left") container(s) labelled $LABEL outlived the run: $left"
+        rc=1
+    fi
     return "$rc"
 }
 

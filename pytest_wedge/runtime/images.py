@@ -279,6 +279,11 @@ def default_extras() -> list[str]:
     return []
 
 
+def forget_lookups() -> None:
+    """Forget which images this process already looked up (a benchmark forcing a rebuild)."""
+    _cache.clear()
+
+
 def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
     """The image for this interpreter, the default extras and ``extra`` files.
 

@@ -38,7 +38,16 @@ def harness_tokens(wedge):
     return sum(r.tokens for r in wedge.ledger.by_origin("harness"))
 
 
-def test_router_pause_with_stray_load_masks_the_wedge(wedge):
+@pytest.fixture(params=["process", "docker"])
+def any_runtime_wedge(request, wedge_factory):
+    """The default topology on each runtime: SIGSTOP for processes, `docker pause` for containers."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_up")
+    return wedge_factory(runtime=request.param)
+
+
+def test_router_pause_with_stray_load_masks_the_wedge(any_runtime_wedge):
+    wedge = any_runtime_wedge
     wedge.stray("decode-0", rate_per_s=10, max_tokens=64)
     harness = wedge.harness(agents=30, rounds=3, max_tokens=8, client_timeout_s=60)
     wait_for(lambda: harness.progress() >= 10, timeout_s=20, what="harness progress")

@@ -98,3 +98,12 @@ def test_fails_with_a_fault(wedge):
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     assert leftovers == []
+
+
+def test_docker_runtime_without_a_daemon_is_a_usage_error(pytester, monkeypatch, request):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    pytester.makepyfile(USES_WEDGE)
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}", "--wedge-runtime=docker")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*No Docker daemon answered*", "*To fix this: run `make docker-up`*"])
