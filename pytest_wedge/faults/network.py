@@ -53,7 +53,8 @@ class Toxic(Fault):
                 "toxicity": self.toxicity, "attributes": self.attributes()}  # fmt: skip
 
     def apply(self, topology: Topology) -> None:
-        topology.toxiproxy.add_toxic(_proxy(topology, self.link), self.payload())
+        proxy = _proxy(topology, self.link)  # validates the link name first
+        topology.toxiproxy.add_toxic(proxy, self.payload())
 
     def revert(self, topology: Topology) -> None:
         topology.toxiproxy.remove_toxic(_proxy(topology, self.link), self.toxic_name)
@@ -151,7 +152,8 @@ class Down(Fault):
         return self.link
 
     def apply(self, topology: Topology) -> None:
-        topology.toxiproxy.set_enabled(_proxy(topology, self.link), False)
+        proxy = _proxy(topology, self.link)
+        topology.toxiproxy.set_enabled(proxy, False)
 
     def revert(self, topology: Topology) -> None:
         topology.toxiproxy.set_enabled(_proxy(topology, self.link), True)

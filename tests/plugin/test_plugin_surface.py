@@ -107,3 +107,26 @@ def test_docker_runtime_without_a_daemon_is_a_usage_error(pytester, monkeypatch,
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}", "--wedge-runtime=docker")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*No Docker daemon answered*", "*To fix this: run `make docker-up`*"])
+
+
+def test_faults_are_reverted_after_a_failing_test(pytester, request):
+    pytester.makepyfile("""
+        from pytest_wedge.faults import Latency, Pause, SlowTokens, Down
+
+        def test_1_fails_with_faults_active(wedge):
+            wedge.apply(Latency(link="router->decode-0", latency_ms=500))
+            wedge.apply(Down(link="router->prefill-0"))
+            wedge.apply(SlowTokens(component="decode-0", itl_ms=500))
+            wedge.apply(Pause("router"))
+            assert False, "deliberate"
+
+        def test_2_starts_clean(wedge):
+            topo = wedge.topology
+            proxies = topo.toxiproxy.proxies()
+            assert all(not p["toxics"] and p["enabled"] for p in proxies.values())
+            assert wedge.stub("decode-0").state()["faults"] == []
+            assert topo.runtime.state("router") == "running"
+    """)
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}")
+    result.assert_outcomes(passed=1, failed=1)

@@ -159,3 +159,56 @@ def test_wedge_error_renders_headline_facts_log_and_fix():
     assert (
         str(error) == "router exited\n  exit code: 2\n  log tail:\n    | boom\nTo fix this: read it"
     )
+
+
+class _RecordingRuntime:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.states: dict[str, str] = {}
+
+    def __getattr__(self, action):  # pause, resume, kill ...
+        return lambda name: self.calls.append((action, name))
+
+    def state(self, name: str) -> str:
+        return self.states.get(name, "running")
+
+
+class _FakeTopology:
+    def __init__(self) -> None:
+        self.spec = TopologySpec(prefill=2, decode=1)
+        self.runtime = _RecordingRuntime()
+        self.restarted: list[tuple[str, ...]] = []
+
+    def restart(self, *names: str) -> None:
+        self.restarted.append(names)
+
+    def pd_pair(self, decode: str) -> list[str]:
+        return [*self.spec.prefill_names, decode]
+
+
+def test_component_faults_drive_the_runtime():
+    from pytest_wedge.faults import CoRestart, DecodeOnlyRestart, Kill, Pause
+
+    topo = _FakeTopology()
+    pause = Pause("router")
+    pause.apply(topo)  # type: ignore[arg-type]
+    pause.revert(topo)  # type: ignore[arg-type]
+    pause.revert(topo)  # type: ignore[arg-type]  # idempotent
+    assert topo.runtime.calls == [("pause", "router"), ("resume", "router"), ("resume", "router")]
+    DecodeOnlyRestart("decode-0").apply(topo)  # type: ignore[arg-type]
+    CoRestart("decode-0").apply(topo)  # type: ignore[arg-type]
+    assert topo.restarted == [("decode-0",), ("prefill-0", "prefill-1", "decode-0")]
+    topo.runtime.states["decode-0"] = "exited"
+    Kill("decode-0").revert(topo)  # type: ignore[arg-type]
+    assert topo.restarted[-1] == ("decode-0",)
+
+
+def test_unknown_component_or_link_names_the_known_ones():
+    from pytest_wedge.faults import Latency, Pause
+
+    topo = _FakeTopology()
+    with pytest.raises(ConfigError, match="Unknown component 'decoder-0'") as info:
+        Pause("decoder-0").apply(topo)  # type: ignore[arg-type]
+    assert "router, prefill-0, prefill-1, decode-0" in str(info.value)
+    with pytest.raises(ConfigError, match="Unknown link 'router->decode-9'"):
+        Latency(link="router->decode-9", latency_ms=1).apply(topo)  # type: ignore[arg-type]

@@ -1,0 +1,177 @@
+"""Each fault's effect end to end, through the real router and Toxiproxy (one test per fault)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from pytest_wedge.faults import (
+    Bandwidth,
+    Crash,
+    Down,
+    ErrorStatus,
+    Kill,
+    LimitData,
+    RefuseBootstrap,
+    ResetPeer,
+    Restart,
+    Slicer,
+    SlowClose,
+    SlowTokens,
+    StallBeforeFirstToken,
+    Timeout,
+)
+from pytest_wedge.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+CLIENT_LINK = "client->router"
+
+
+def chat(wedge, *, max_tokens=8, stream=False, timeout=10.0) -> httpx.Response:
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "effect"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    return httpx.post(wedge.url + "/v1/chat/completions", json=body, timeout=timeout)
+
+
+def timed(fn) -> float:
+    started = time.monotonic()
+    fn()
+    return time.monotonic() - started
+
+
+def stream_timings(wedge, max_tokens=6) -> list[float]:
+    """Arrival time of each token of one streamed chat completion."""
+    body = {"model": "stub-model", "messages": [{"role": "user", "content": "itl"}],
+            "max_tokens": max_tokens, "stream": True}  # fmt: skip
+    started, times = time.monotonic(), []
+    with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=20) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {") and '"content"' in line:
+                times.append(time.monotonic() - started)
+    return times
+
+
+# -- network faults (Toxiproxy toxics on client->router) -----------------------------------
+
+
+def test_bandwidth_slows_the_response(wedge):
+    baseline = timed(lambda: chat(wedge, max_tokens=64))
+    wedge.apply(Bandwidth(link=CLIENT_LINK, rate_kb_per_s=1))
+    slowed = timed(lambda: chat(wedge, max_tokens=64).raise_for_status())
+    assert slowed - baseline >= 0.3, (baseline, slowed)
+
+
+def test_slow_close_delays_the_close(wedge):
+    port = wedge.topology.links[CLIENT_LINK].listen_port
+    wedge.apply(SlowClose(link=CLIENT_LINK, delay_ms=500))
+
+    def fetch_until_eof() -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while sock.recv(4096):
+                pass
+
+    assert timed(fetch_until_eof) >= 0.45
+
+
+def test_timeout_zero_is_a_black_hole_that_holds_the_connection(wedge):
+    wedge.apply(Timeout(link=CLIENT_LINK, timeout_ms=0))
+    with pytest.raises(httpx.ReadTimeout):
+        chat(wedge, timeout=1.0)
+
+
+def test_reset_peer_resets_the_connection(wedge):
+    wedge.apply(ResetPeer(link=CLIENT_LINK, stream="upstream"))
+    with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+        chat(wedge)
+
+
+def test_slicer_splits_the_stream_into_slow_small_writes(wedge):
+    baseline = timed(lambda: chat(wedge, max_tokens=16))
+    wedge.apply(Slicer(link=CLIENT_LINK, average_size_bytes=1, delay_us=2000))
+    response = None
+
+    def sliced() -> None:
+        nonlocal response
+        response = chat(wedge, max_tokens=16)
+
+    assert timed(sliced) - baseline >= 0.3
+    assert response is not None and response.json()["usage"]["completion_tokens"] == 16
+
+
+def test_limit_data_cuts_the_response(wedge):
+    wedge.apply(LimitData(link=CLIENT_LINK, bytes=60))
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        chat(wedge)
+
+
+def test_down_refuses_connections(wedge):
+    wedge.apply(Down(link=CLIENT_LINK))
+    with pytest.raises(httpx.ConnectError):
+        chat(wedge)
+
+
+# -- component faults ----------------------------------------------------------------------
+
+
+def test_kill_stops_a_worker_and_revert_starts_it(wedge):
+    fault = wedge.apply(Kill("decode-0"))
+    assert wedge.topology.runtime.state("decode-0") == "exited"
+    assert chat(wedge).status_code >= 500
+    wedge.revert(fault)
+    assert wedge.topology.runtime.state("decode-0") == "running"
+    assert httpx.get(wedge.worker_url("decode-0") + "/health", timeout=2).status_code == 200
+
+
+def test_restart_gives_a_new_process_that_serves(wedge):
+    before = wedge.topology.runtime.pid("prefill-0")
+    wedge.apply(Restart("prefill-0"))
+    assert wedge.topology.runtime.pid("prefill-0") != before
+    assert chat(wedge).status_code == 200
+
+
+# -- engine faults in the stubs ------------------------------------------------------------
+
+
+def test_stall_before_first_token_holds_the_stream(wedge):
+    wedge.apply(StallBeforeFirstToken(component="decode-0"))
+    with pytest.raises(httpx.ReadTimeout):
+        chat(wedge, stream=True, timeout=1.0)
+
+
+def test_error_status_reaches_the_client(wedge):
+    wedge.apply(ErrorStatus(component="decode-0", status=503, message="overloaded"))
+    response = chat(wedge)
+    assert response.status_code == 503
+    assert "overloaded" in response.text
+
+
+def test_slow_tokens_stretch_inter_token_latency(wedge):
+    wedge.apply(SlowTokens(component="decode-0", itl_ms=150))
+    times = stream_timings(wedge)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 6 and min(gaps) >= 0.12, gaps
+
+
+def test_crash_exits_the_worker_on_its_next_request(wedge):
+    fault = wedge.apply(Crash(component="decode-0", exit_code=3))
+    assert chat(wedge).status_code >= 500
+    wait_for(lambda: wedge.topology.runtime.exit_code("decode-0") == 3, timeout_s=5,
+             what="decode-0 to exit with code 3")  # fmt: skip
+    wedge.revert(fault)
+    assert wedge.topology.runtime.state("decode-0") == "running"
+
+
+def test_refuse_bootstrap_fails_the_kv_transfer(wedge):
+    wedge.apply(RefuseBootstrap())
+    response = chat(wedge)
+    assert response.status_code >= 500
+    counters = wedge.stub("decode-0").state()["counters"]
+    assert counters["bootstrap_failed"] >= 1

@@ -1,0 +1,104 @@
+"""Artifacts and the HTML timeline, from a synthetic snapshot (no processes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from pytest_wedge.diagnostics import locate, render_timeline, write_artifacts
+from pytest_wedge.diagnostics.hops import hop_order
+from pytest_wedge.diagnostics.stacks import render_stacks
+from pytest_wedge.diagnostics.timeline import MAX_BARS
+from tests.unit.test_diagnostics_locator import NOW, entry, ids, record, snapshot
+
+FAULT = {"description": "Timeout on decode-0->prefill-0", "target": "decode-0->prefill-0",
+         "started": NOW - 2.5, "ended": None}  # fmt: skip
+WATCHDOG = {"component": "prefill-0", "watchdog": "inflight_pin", "at": NOW - 0.5}
+
+
+class Attributes(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.found.append(dict(attrs))
+
+    def values(self, name: str) -> list[str | None]:
+        return [a[name] for a in self.found if name in a]
+
+
+def black_hole():  # type: ignore[no-untyped-def]
+    prefill = [entry(r, "ok", running=1.85, kv_ready=1.8, transfer_start=1.7, finished=1.7)
+               for r in ids()]  # fmt: skip
+    decode = [entry(r, "transfer", transfer_start=1.85) for r in ids()]
+    snap = snapshot([record(i) for i in range(30)], prefill, decode,
+                    log_paths={"router": "/nonexistent/router.log"})  # fmt: skip
+    return snap, locate(snap)
+
+
+def parse(page: str) -> Attributes:
+    parser = Attributes()
+    parser.feed(page)
+    return parser
+
+
+def test_timeline_has_one_lane_per_hop_and_the_fault_window() -> None:
+    snap, diagnosis = black_hole()
+    page = render_timeline(diagnosis, snap, [FAULT], [WATCHDOG])
+    dom = parse(page)
+    assert dom.values("data-lane") == hop_order(snap)
+    assert dom.values("data-fault") == ["Timeout on decode-0->prefill-0"]
+    assert dom.values("data-watchdog") == ["inflight_pin"]
+    held = [a for a in dom.found if a.get("data-lane") == "decode-0->prefill-0"]
+    assert held[0].get("class") == "hold"
+    origins = set(dom.values("data-origin"))
+    assert {"harness", "stray-1"} <= origins
+
+
+def test_timeline_is_self_contained() -> None:
+    snap, diagnosis = black_hole()
+    page = render_timeline(diagnosis, snap, [FAULT])
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<link" not in page and "@import" not in page and "fetch(" not in page
+
+
+def test_timeline_caps_bars() -> None:
+    snap, diagnosis = black_hole()
+    snap.client = [record(i, origin="stray-9", state="ok", finished=NOW - 0.1)
+                   for i in range(3000)] + snap.client  # fmt: skip
+    page = render_timeline(diagnosis, snap, [], max_bars=MAX_BARS)
+    bars = [a for a in parse(page).found if a.get("class") == "bar"]
+    assert len(bars) == MAX_BARS
+    # The wedged requests of the origin under test are never the ones dropped.
+    assert {b["data-request"] for b in bars} >= {f"harness-x-{i}" for i in range(30)}
+    assert len(page) < 1_000_000
+
+
+def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
+    snap, diagnosis = black_hole()
+    log = tmp_path / "router.log"
+    log.write_text("router says hi\n")
+    snap.log_paths = {"router": str(log)}
+    out = write_artifacts(tmp_path / "a", diagnosis, snap, [], [FAULT], [WATCHDOG],
+                          stacks={"decode-0": "Thread 1 (idle)"})  # fmt: skip
+    summary = json.loads((out / "diagnosis.json").read_text())
+    assert summary["location"] == "decode-0->prefill-0"
+    assert set(summary) >= {"evidence", "stuck", "red_herrings", "watchdogs", "faults"}
+    assert summary["watchdogs"] == [WATCHDOG]
+    client = json.loads((out / "ledgers" / "client.json").read_text())
+    assert client["format"] == "pytest-wedge/client-ledger" and len(client["records"]) == 30
+    assert {p.name for p in (out / "ledgers").iterdir()} == {
+        "client.json", "prefill-0.json", "decode-0.json"}
+    assert (out / "logs" / "router.log").read_text() == "router says hi\n"
+    assert "secondary evidence" in (out / "stacks.txt").read_text()
+    assert 'data-lane="client->router"' in (out / "timeline.html").read_text()
+
+
+def test_stacks_text_states_its_limits() -> None:
+    text = render_stacks({"router": "paused"})
+    assert "ledgers" in text and "===== router =====" in text
