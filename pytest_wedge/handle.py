@@ -7,18 +7,23 @@ everything it started (loads, faults) is stopped and reverted at the end of the 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pytest_wedge.clearing import ClearCheck, expect_cleared
 from pytest_wedge.faults.base import Fault, FaultSet
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
 from pytest_wedge.metrics import metric_value
 from pytest_wedge.running import Topology
 from pytest_wedge.stubclient import StubClient, StubUnavailable
+from pytest_wedge.watchdogs import Watchdog
+
+if TYPE_CHECKING:
+    from pytest_wedge.diagnostics import Diagnosis
 
 
 class Wedge:
@@ -28,6 +33,8 @@ class Wedge:
         self.ledger = ClientLedger()
         self.artifacts_dir = artifacts_dir
         self._loads: list[BackgroundLoad] = []
+        self.watchdogs: list[Watchdog] = []
+        self.clear_checks: list[ClearCheck] = []
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -110,6 +117,30 @@ class Wedge:
     def assert_nothing_lost(self, origin: str | None = None) -> None:
         """Every request ended in exactly one final state; otherwise a table of the lost ones."""
         assert_nothing_lost(self.ledger, origin=origin)
+
+    # -- diagnosis and watchdogs --------------------------------------------------------------
+    def diagnose(self, origin: str = "harness", overdue_after_s: float = 1.0) -> Diagnosis:
+        """Where are ``origin``'s requests stuck? Other origins' activity is a red herring."""
+        from pytest_wedge.diagnostics import diagnose
+
+        return diagnose(self, origin=origin, overdue_after_s=overdue_after_s)
+
+    def expect_cleared(
+        self,
+        *,
+        within_s: float,
+        origin: str = "harness",
+        watchdogs: Sequence[Watchdog] = (),
+        require_recovery: bool = True,
+        overdue_after_s: float = 0.5,
+    ) -> contextlib.AbstractContextManager[ClearCheck]:
+        """``with wedge.expect_cleared(within_s=3, watchdogs=[...]): <start the wedge>``.
+
+        See :func:`pytest_wedge.clearing.expect_cleared`.
+        """
+        return expect_cleared(self, within_s=within_s, origin=origin, watchdogs=watchdogs,
+                              require_recovery=require_recovery,
+                              overdue_after_s=overdue_after_s)  # fmt: skip
 
     # -- teardown ------------------------------------------------------------------------------
     def stop_loads(self) -> None:

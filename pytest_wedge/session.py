@@ -32,6 +32,7 @@ class WedgeSession:
         toxiproxy_binary: str | None = None,
         runtime_factory: RuntimeFactory | None = None,
         ready_timeout_s: float = 30.0,
+        max_topologies: int = 3,
     ) -> None:
         self.runtime_name = runtime
         self.session_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -43,6 +44,8 @@ class WedgeSession:
         self._runtime_factory = runtime_factory or make_runtime
         self.ready_timeout_s = ready_timeout_s
         self.ports = PortAllocator()
+        self.max_topologies = max_topologies
+        self._started = 0
         self.topologies: dict[TopologySpec, Topology] = {}
         self._runtimes: list[Runtime] = []
         self.toxiproxy: ToxiproxyClient | None = None
@@ -91,10 +94,16 @@ class WedgeSession:
         if self.toxiproxy is None:
             self.start()
         assert self.toxiproxy is not None
-        existing = self.topologies.get(spec)
+        existing = self.topologies.pop(spec, None)
         if existing is not None:
+            self.topologies[spec] = existing  # most recently used last
             return existing
-        index = len(self.topologies)
+        while len(self.topologies) >= self.max_topologies:
+            # Each shape costs ~150 MB; a suite with many router flags keeps only the recent ones.
+            oldest = next(iter(self.topologies))
+            self.topologies.pop(oldest).close()
+        index = self._started
+        self._started += 1
         topo = Topology(
             spec,
             self._runtime(f"topology-{index}"),

@@ -1,0 +1,246 @@
+"""Watchdogs, and the check that one clears a wedge within its budget.
+
+Three kinds are supported: the router's own timeouts (flags passed as ``router_args``), engine
+watchdogs in the stubs (in-flight pin, transfer timeout), and a user's own (a Python callable
+or an external command). Each reports whether and when it fired, so a report can say plainly
+which watchdogs were armed and did not fire.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.metrics import metric_value
+
+if TYPE_CHECKING:
+    from pytest_wedge.handle import Wedge
+
+
+@dataclass
+class Firing:
+    watchdog: str
+    at: float
+    detail: str = ""
+
+
+class Watchdog:
+    """Base: ``arm`` before the wedge, ``firings`` afterwards, ``disarm`` at the end."""
+
+    name = "watchdog"
+
+    def arm(self, wedge: Wedge) -> None:
+        """Switch the watchdog on and take whatever baseline ``firings`` compares against."""
+
+    def firings(self, wedge: Wedge) -> list[Firing]:
+        raise NotImplementedError
+
+    def disarm(self, wedge: Wedge) -> None:
+        """Switch it off again (idempotent)."""
+
+    def describe(self) -> str:
+        return self.name
+
+
+def _router_metrics(wedge: Wedge) -> str:
+    import httpx
+
+    try:
+        return httpx.get(wedge.topology.router_metrics_url, timeout=1.0).text
+    except httpx.HTTPError:
+        return ""  # a paused router answers nothing; its counters are read again later
+
+
+@dataclass
+class RouterFlag(Watchdog):
+    """A router timeout armed by its flag in ``router_args``; it fires when the router's
+    counters of what that timeout produces go up."""
+
+    flag: str
+    seconds: float
+    counters: Sequence[tuple[str, dict[str, str]]] = ()
+    _baseline: float = field(default=0.0, init=False)
+    _fired_at: float | None = field(default=None, init=False)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"router {self.flag} {self.seconds:g}"
+
+    def _count(self, wedge: Wedge) -> float:
+        text = _router_metrics(wedge)
+        return sum(metric_value(text, metric, **labels) for metric, labels in self.counters)
+
+    def arm(self, wedge: Wedge) -> None:
+        args = list(wedge.spec.router_args)
+        if self.flag not in args or args[args.index(self.flag) + 1] != f"{self.seconds:g}":
+            raise ConfigError(
+                f"The router was not started with {self.flag} {self.seconds:g}",
+                facts={"router_args": " ".join(args) or "(none)"},
+                fix=f'add router_args=["{self.flag}", "{self.seconds:g}"] to the wedge marker',
+            )
+        self._baseline = self._count(wedge)
+        self._fired_at = None
+
+    def firings(self, wedge: Wedge) -> list[Firing]:
+        if self._fired_at is None and self._count(wedge) > self._baseline:
+            self._fired_at = time.time()
+        return [Firing(self.name, self._fired_at)] if self._fired_at else []
+
+
+def RequestTimeout(seconds: float) -> RouterFlag:
+    """smg's ``--request-timeout-secs``: a hard total cap per upstream call (it also cuts
+    healthy streams longer than N). Fires when the router counts timeouts or transport errors."""
+    return RouterFlag("--request-timeout-secs", seconds, counters=(
+        ("smg_worker_errors_total", {"error_type": "timeout"}),
+        ("smg_worker_retries_exhausted_total", {}),
+    ))  # fmt: skip
+
+
+def StreamBodyStallTimeout(seconds: float) -> RouterFlag:
+    """smg's ``--stream-body-stall-timeout-secs``: bounds a *client's upload* only, so it
+    never clears a stalled decode. Fires when the router answers 408 request_body_stalled."""
+    return RouterFlag("--stream-body-stall-timeout-secs", seconds, counters=(
+        ("smg_http_responses_total", {"error_code": "request_body_stalled"}),
+    ))  # fmt: skip
+
+
+@dataclass
+class StubWatchdog(Watchdog):
+    """An engine watchdog inside a stub, switched on through its control API."""
+
+    setting: str  # "inflight_pin_s" or "transfer_timeout_s"
+    after_s: float
+    component: str
+    _armed_at: float = field(default=0.0, init=False)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        kind = self.setting.removesuffix("_s").replace("_", "-")
+        return f"{self.component} {kind} watchdog {self.after_s:g}s"
+
+    def arm(self, wedge: Wedge) -> None:
+        self._armed_at = time.time()
+        wedge.stub(self.component).set_watchdogs(**{self.setting: self.after_s})
+
+    def firings(self, wedge: Wedge) -> list[Firing]:
+        kind = self.setting.removesuffix("_s")
+        return [
+            Firing(self.name, f["at"], f"released {f.get('request_id')}")
+            for f in wedge.stub(self.component).state()["firings"]
+            if f["watchdog"] == kind and f["at"] >= self._armed_at
+        ]
+
+    def disarm(self, wedge: Wedge) -> None:
+        if wedge.topology.runtime.state(self.component) == "running":
+            wedge.stub(self.component).set_watchdogs(**{self.setting: None})
+
+
+def InflightPinWatchdog(after_s: float, component: str = "prefill-0") -> StubWatchdog:
+    """Releases prefill requests pinned in flight longer than ``after_s`` (incident 3)."""
+    return StubWatchdog("inflight_pin_s", after_s, component)
+
+
+def TransferTimeoutWatchdog(after_s: float, component: str = "decode-0") -> StubWatchdog:
+    """Fails decode requests that wait for their KV longer than ``after_s``."""
+    return StubWatchdog("transfer_timeout_s", after_s, component)
+
+
+@dataclass
+class CallableWatchdog(Watchdog):
+    """A user's watchdog: ``check(wedge)`` runs every ``interval_s`` on its own thread and
+    returns a description of what it did, or None when it did nothing."""
+
+    check: Callable[[Wedge], str | None]
+    interval_s: float = 0.2
+    label: str = "user watchdog"
+    _fired: list[Firing] = field(default_factory=list, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    errors: list[str] = field(default_factory=list, init=False)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.label
+
+    def arm(self, wedge: Wedge) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(wedge,), daemon=True,
+                                        name=f"wedge-{self.label}")  # fmt: skip
+        self._thread.start()
+
+    def _loop(self, wedge: Wedge) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                action = self.check(wedge)
+            except Exception as exc:  # a broken watchdog is reported, not fatal to the test
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if action:
+                self._fired.append(Firing(self.label, time.time(), action))
+
+    def firings(self, wedge: Wedge) -> list[Firing]:
+        return list(self._fired)
+
+    def disarm(self, wedge: Wedge) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def CommandWatchdog(argv: Sequence[str], interval_s: float = 0.5) -> CallableWatchdog:
+    """An external program as a watchdog. It gets the topology's addresses in its environment
+    (WEDGE_URL, WEDGE_ROUTER_URL, WEDGE_<COMPONENT>_URL) and prints what it did, if anything."""
+
+    def run(wedge: Wedge) -> str | None:
+        env = {**os.environ, "WEDGE_URL": wedge.url, "WEDGE_ROUTER_URL": wedge.topology.router_url}
+        for name in wedge.topology.stubs:
+            env[f"WEDGE_{name.upper().replace('-', '_')}_URL"] = wedge.worker_url(name)
+        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=30)
+        return done.stdout.strip() or None
+
+    return CallableWatchdog(run, interval_s, label=f"command {' '.join(argv)}")
+
+
+def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float = 1.0
+                                 ) -> Callable[[Wedge], str | None]:  # fmt: skip
+    """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
+    wedged, co-restart that PD pair (the operating rule of incident 2)."""
+    from pytest_wedge.diagnostics import diagnose
+    from pytest_wedge.faults import CoRestart
+
+    def check(wedge: Wedge) -> str | None:
+        diagnosis = diagnose(wedge, origin=origin, overdue_after_s=overdue_after_s)
+        if "->prefill-" not in diagnosis.location or diagnosis.location.startswith("router"):
+            return None
+        decode = diagnosis.location.split("->")[0]
+        wedge.apply(CoRestart(decode))
+        return f"co-restarted {decode} and its prefills (diagnosis: {diagnosis.location})"
+
+    return check
+
+
+def CoRestartWatchdog(origin: str = "harness", overdue_after_s: float = 1.0,
+                      interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
+    return CallableWatchdog(co_restart_on_transfer_wedge(origin, overdue_after_s), interval_s,
+                            label="co-restart PD pair on transfer wedge")  # fmt: skip
+
+
+def watchdog_report(wedge: Wedge, watchdogs: Sequence[Watchdog]) -> list[dict[str, Any]]:
+    """One line per armed watchdog: fired or not, and when."""
+    rows: list[dict[str, Any]] = []
+    for dog in watchdogs:
+        try:
+            fired = dog.firings(wedge)
+        except Exception as exc:
+            rows.append({"watchdog": dog.describe(), "fired": None, "error": str(exc)})
+            continue
+        rows.append({"watchdog": dog.describe(), "fired": bool(fired),
+                     "first_at": fired[0].at if fired else None, "count": len(fired),
+                     "detail": fired[0].detail if fired else ""})  # fmt: skip
+    return rows

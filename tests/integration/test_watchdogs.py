@@ -1,0 +1,114 @@
+"""Watchdog checks: each kind clears its wedge within budget, and fails plainly when it can't."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_wedge.clearing import NotClearedError
+from pytest_wedge.faults import DecodeOnlyRestart, PinOnAbort, StallAfterTokens
+from pytest_wedge.load import Aborter
+from pytest_wedge.watchdogs import (
+    CoRestartWatchdog,
+    InflightPinWatchdog,
+    RequestTimeout,
+    StreamBodyStallTimeout,
+)
+
+pytestmark = pytest.mark.timeout(60)
+REQUEST_TIMEOUT = pytest.mark.wedge(router_args=["--request-timeout-secs", "2"])
+STREAM_BODY_STALL = pytest.mark.wedge(router_args=["--stream-body-stall-timeout-secs", "1"])
+SLOW_PREFILL_ONE_SLOT = pytest.mark.wedge(stub={"prefill_ms_per_token": 20.0, "max_running": 1})
+FAST_BREAKER = pytest.mark.wedge(router_args=["--cb-timeout-duration-secs", "1"])
+
+
+def half_open_streams(wedge):
+    wedge.apply(StallAfterTokens(component="decode-0", tokens=3))
+    wedge.harness(agents=5, rounds=1, client_timeout_s=30)
+
+
+@REQUEST_TIMEOUT
+def test_router_request_timeout_clears_half_open_streams_within_budget(wedge):
+    with wedge.expect_cleared(within_s=3.5, watchdogs=[RequestTimeout(2)],
+                              require_recovery=False) as check:  # fmt: skip
+        half_open_streams(wedge)
+    assert 1.9 <= check.time_to_clear_s <= 3.5
+    assert check.watchdog_rows[0]["fired"] is True
+    assert {r.state for r in wedge.ledger.by_origin("harness")} == {"error"}
+    wedge.assert_nothing_lost("harness")
+
+
+@REQUEST_TIMEOUT
+def test_router_request_timeout_fails_a_budget_below_what_it_can_do(wedge):
+    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
+        within_s=1.0, watchdogs=[RequestTimeout(2)], require_recovery=False
+    ):
+        half_open_streams(wedge)
+    message = str(failure.value)
+    assert "The harness wedge was not cleared within 1 s" in message
+    assert "still stuck: 5 harness requests" in message
+    assert "router --request-timeout-secs 2: armed, did not fire" in message
+    assert "located at: decode-0" in message
+
+
+@STREAM_BODY_STALL
+def test_stream_body_stall_timeout_does_not_clear_a_stalled_decode(wedge):
+    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
+        within_s=2.5, watchdogs=[StreamBodyStallTimeout(1)], require_recovery=False
+    ):
+        half_open_streams(wedge)
+    assert "router --stream-body-stall-timeout-secs 1: armed, did not fire" in str(failure.value)
+    assert all(r.state == "pending" and r.tokens == 3 for r in wedge.ledger.by_origin("harness"))
+
+
+def pinned_prefill(wedge):
+    wedge.apply(PinOnAbort())
+    long_prompt = {"messages": [{"role": "user", "content": "x" * 400}]}
+    aborter = Aborter(wedge.url, count=1, abort_after_s=0.2, ledger=wedge.ledger,
+                      extra_body=long_prompt)  # fmt: skip
+    wedge.track(aborter).start()
+    assert aborter.wait(10)
+    # With one running slot, every later request queues behind the pinned one.
+    wedge.harness(agents=3, rounds=1, client_timeout_s=30)
+
+
+@SLOW_PREFILL_ONE_SLOT
+def test_inflight_pin_watchdog_clears_an_abort_pin_within_budget(wedge):
+    with wedge.expect_cleared(within_s=4.0, watchdogs=[InflightPinWatchdog(0.5)]) as check:
+        pinned_prefill(wedge)
+    assert check.watchdog_rows[0]["fired"] is True
+    assert wedge.ledger.by_origin("harness").states()["ok"] == 3
+    wedge.assert_nothing_lost("harness")
+
+
+@SLOW_PREFILL_ONE_SLOT
+def test_inflight_pin_watchdog_fails_a_budget_below_its_threshold(wedge):
+    with pytest.raises(NotClearedError, match="not cleared within 0.3 s"), wedge.expect_cleared(
+        within_s=0.3, watchdogs=[InflightPinWatchdog(2.0)]
+    ):
+        pinned_prefill(wedge)
+
+
+def transfer_wedge(wedge):
+    assert wedge.harness(agents=1, rounds=1, origin="warmup").wait(10)
+    wedge.apply(DecodeOnlyRestart("decode-0"))
+    wedge.harness(agents=3, rounds=1, client_timeout_s=30)
+
+
+@FAST_BREAKER
+def test_reference_co_restart_watchdog_clears_a_decode_only_restart(wedge):
+    watchdog = CoRestartWatchdog(overdue_after_s=0.5)
+    with wedge.expect_cleared(within_s=8.0, watchdogs=[watchdog]) as check:
+        transfer_wedge(wedge)
+    row = check.watchdog_rows[0]
+    assert row["fired"] and "co-restarted decode-0" in row["detail"]
+    assert "decode-0->prefill-0" in row["detail"]
+    wedge.assert_nothing_lost("harness")
+
+
+@FAST_BREAKER
+def test_co_restart_watchdog_fails_a_budget_below_what_it_can_do(wedge):
+    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
+        within_s=0.3, watchdogs=[CoRestartWatchdog(overdue_after_s=0.5)]
+    ):
+        transfer_wedge(wedge)
+    assert "not cleared within 0.3 s" in str(failure.value)
