@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["topology", "docker"]
+BENCHES = ["topology", "diagnosis", "docker"]
 
 
 def main(argv: list[str]) -> int:

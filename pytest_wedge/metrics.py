@@ -1,4 +1,4 @@
-"""Reading Prometheus text (the router's, the stubs', Toxiproxy's) with prometheus-client's parser."""
+"""Reading Prometheus text (router, stubs, Toxiproxy) with prometheus-client's parser."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ def test_inflight_pin_watchdog_clears_an_abort_pin_within_budget(wedge):
 
 @SLOW_PREFILL_ONE_SLOT
 def test_inflight_pin_watchdog_fails_a_budget_below_its_threshold(wedge):
-    with pytest.raises(NotClearedError, match="not cleared within 0.3 s"), wedge.expect_cleared(
+    with pytest.raises(NotClearedError, match=r"not cleared within 0\.3 s"), wedge.expect_cleared(
         within_s=0.3, watchdogs=[InflightPinWatchdog(2.0)]
     ):
         pinned_prefill(wedge)

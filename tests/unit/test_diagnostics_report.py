@@ -7,11 +7,12 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from pytest_wedge.diagnostics import locate, render_timeline, write_artifacts
+from test_diagnostics_locator import NOW, entry, ids, record, snapshot
+
+from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate, render_timeline, write_artifacts
 from pytest_wedge.diagnostics.hops import hop_order
 from pytest_wedge.diagnostics.stacks import render_stacks
 from pytest_wedge.diagnostics.timeline import MAX_BARS
-from tests.unit.test_diagnostics_locator import NOW, entry, ids, record, snapshot
 
 FAULT = {"description": "Timeout on decode-0->prefill-0", "target": "decode-0->prefill-0",
          "started": NOW - 2.5, "ended": None}  # fmt: skip
@@ -32,7 +33,7 @@ class Attributes(HTMLParser):
         return [a[name] for a in self.found if name in a]
 
 
-def black_hole():  # type: ignore[no-untyped-def]
+def black_hole() -> tuple[Snapshot, Diagnosis]:
     prefill = [entry(r, "ok", running=1.85, kv_ready=1.8, transfer_start=1.7, finished=1.7)
                for r in ids()]  # fmt: skip
     decode = [entry(r, "transfer", transfer_start=1.85) for r in ids()]

@@ -1,0 +1,206 @@
+"""Where one request is held: the hop-by-hop walk of design.md step 5, as pure functions.
+
+A request's path is client -> client->router -> router -> (router->prefill-i -> prefill-i,
+router->decode-j -> decode-j) -> decode-j->prefill-i (KV) -> decode-j -> back to the client.
+The worker ledgers say how far it got; the client ledger says whether it left the client and
+what came back. Links and processes only break ties the ledgers cannot (a request no worker
+saw is held either by the client->router link or by the router).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_wedge.diagnostics.evidence import Snapshot
+
+Entry = dict[str, Any]
+CONNECT_ERRORS = ("ConnectError", "onnection refused", "All connection attempts failed",
+                  "ConnectTimeout")  # fmt: skip
+# The client's connection to the router broke (as opposed to an HTTP answer or a deadline).
+BROKEN_CONNECTION = (*CONNECT_ERRORS, "RemoteProtocolError", "ReadError", "WriteError",
+                     "Server disconnected", "onnection reset")  # fmt: skip
+FAILED = frozenset({"error", "timeout", "unknown"})
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A worker ledger entry with the worker that wrote it."""
+
+    component: str
+    entry: Entry
+
+    @property
+    def state(self) -> str:
+        return str(self.entry.get("state", "?"))
+
+    @property
+    def t(self) -> dict[str, float]:
+        stamps: dict[str, float] = self.entry.get("t") or {}
+        return stamps
+
+    @property
+    def tokens(self) -> int:
+        return int(self.entry.get("tokens") or 0)
+
+
+@dataclass(frozen=True)
+class Hold:
+    furthest: str
+    holding: str
+    note: str
+
+
+def hop_order(snapshot: Snapshot) -> list[str]:
+    """Every hop in the order a request meets it: upstream first (used to break ties)."""
+    hops = ["client", "client->router", "router"]
+    hops += [h for p in snapshot.prefill for h in (f"router->{p}", p)]
+    hops += [f"{d}->{p}" for d in snapshot.decode for p in snapshot.prefill]
+    hops += [h for d in snapshot.decode for h in (f"router->{d}", d)]
+    return hops
+
+
+def describe_link(info: dict[str, Any]) -> str | None:
+    """What is wrong with a link, or None when it is enabled and has no toxic."""
+    parts = [] if info.get("enabled", True) else ["disabled (down)"]
+    for toxic in info.get("toxics") or []:
+        attrs = ", ".join(f"{k}={v}" for k, v in sorted((toxic.get("attributes") or {}).items()))
+        parts.append(f"toxic {toxic.get('type')} on {toxic.get('stream')} ({attrs})")
+    return "; ".join(parts) or None
+
+
+class Context:
+    """The snapshot indexed for the walk: entries by request id, faulty links, silent parts."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.prefill: dict[str, list[Seen]] = {}
+        self.decode: dict[str, list[Seen]] = {}
+        for component, entries in snapshot.ledgers.items():
+            index = self.prefill if component in snapshot.prefill else self.decode
+            for entry in entries:
+                index.setdefault(str(entry.get("request_id")), []).append(Seen(component, entry))
+        self.link_faults = {name: why for name, info in snapshot.links.items()
+                            if (why := describe_link(info)) is not None}  # fmt: skip
+        self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
+        self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
+        self.router_silent = "router metrics" in snapshot.unanswered
+
+    def latest(self, index: dict[str, list[Seen]], request_id: str) -> Seen | None:
+        # smg retries send the same request id with a new room: the last attempt is the live one.
+        seen = index.get(request_id)
+        return max(seen, key=lambda s: s.t.get("arrived", 0.0)) if seen else None
+
+    def router_stopped(self) -> bool:
+        return "router" in self.not_running
+
+    def suspect(self, candidates: list[str]) -> str | None:
+        """The first candidate hop with observable trouble: a faulty link, a stopped or
+        silent component."""
+        for hop in candidates:
+            if hop in self.link_faults or hop in self.not_running or hop in self.silent:
+                return hop
+        return None
+
+
+def _prefill_stage(seen: Seen) -> str:
+    t = seen.t
+    if "transfer_start" in t:
+        return "kv taken"
+    if "kv_ready" in t:
+        return "inflight"
+    return "prefilling" if "running" in t else "queued"
+
+
+def _decode_stage(seen: Seen) -> str:
+    t = seen.t
+    if seen.state == "ok":
+        return "ok"
+    if "first_token" in t:
+        return f"streaming ({seen.tokens} tokens)"
+    if "running" in t:
+        return "running (no token)"
+    if "kv_received" in t or seen.entry.get("room") is None:
+        return "queued"
+    return "waiting for KV"
+
+
+def _back_to_client(ctx: Context, decode: str) -> Hold:
+    """The decode finished; the bytes were lost on the way back."""
+    hop = ctx.suspect([f"router->{decode}", "router", "client->router"])
+    if hop is None and ctx.router_silent:
+        hop = "router"
+    if hop is not None:
+        return Hold(f"{decode} (finished)", hop, f"{decode} finished it; {hop} did not pass it on")
+    return Hold(f"{decode} (finished)", "client",
+                f"{decode} finished it but the client never read the response (a leaked stream?)")
+
+
+def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
+    """Sent, and no worker has it: the client->router link or the router holds it."""
+    router_links = [f"router->{w}" for w in ctx.snapshot.workers]
+    hop = ctx.suspect(["client->router", "router"])
+    if hop is None and ctx.router_silent:
+        hop = "router"
+    if hop is None:
+        hop = ctx.suspect(sorted(ctx.silent)) or ctx.suspect(router_links) or "router"
+    what = "no worker ledger has it"
+    if record.get("first_byte") is not None:
+        what = "a response head came back but no worker ledger has it"
+    return Hold("client->router (sent)", hop, what)
+
+
+def classify(ctx: Context, record: dict[str, Any]) -> Hold:
+    """The furthest hop ``record`` reached and the hop that holds it."""
+    request_id = str(record.get("request_id"))
+    error = str(record.get("error") or "")
+    failed = record.get("state") in FAILED
+    if record.get("sent") is None:
+        if failed and any(c in error for c in CONNECT_ERRORS):
+            return Hold("client", "client->router", f"could not connect: {error[:80]}")
+        return Hold("client", "client", "never left the client (waiting for a connection)")
+    if failed and any(c in error for c in BROKEN_CONNECTION):
+        # The worker ledgers only show where the request was when its connection was cut
+        # (the router then aborts both legs); the cut itself is the client<->router hop's.
+        cut = ctx.suspect(["client->router", "router"])
+        if cut is None:
+            cut = "router" if ctx.router_silent else "client->router"
+        return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")
+    p = ctx.latest(ctx.prefill, request_id)
+    d = ctx.latest(ctx.decode, request_id)
+    if p is None and d is None:
+        return _no_worker(ctx, record)
+    if d is None:
+        assert p is not None
+        stage = _prefill_stage(p)
+        if stage in ("queued", "prefilling") and p.state not in ("ok",):
+            return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
+        decodes = ctx.snapshot.decode
+        lost = ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)]) or "router"
+        return Hold(f"{p.component} ({stage})", lost,
+                    f"{p.component} has the KV ({p.state}); no decode ledger has the request")
+    stage = _decode_stage(d)
+    where = f"{d.component} ({stage})"
+    if stage == "waiting for KV":
+        if p is None:
+            prefills = ctx.snapshot.prefill
+            gap = ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)]) or "router"
+            return Hold(where, gap,
+                        f"{d.component} waits for KV; no prefill ledger has the request")
+        pstage = _prefill_stage(p)
+        if pstage in ("queued", "prefilling"):
+            return Hold(f"{p.component} ({pstage})", p.component,
+                        f"{p.component}: {pstage}; {d.component} waits for its KV")
+        link = f"{d.component}->{p.component}"
+        return Hold(where, link, f"{p.component} KV {pstage} ({p.state}); "
+                                 f"{d.component} still waits for it")  # fmt: skip
+    if stage == "ok":
+        return _back_to_client(ctx, d.component)
+    client_tokens = int(record.get("tokens") or 0)
+    if d.tokens > client_tokens + 1 and record.get("state") == "pending":
+        # The decode produced more than the client got: the bytes are stuck on the way back.
+        back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
+        if back is not None:
+            return Hold(where, back, f"{d.component} sent {d.tokens} tokens, client got "
+                                    f"{client_tokens}")  # fmt: skip
+    return Hold(where, d.component, f"{d.component}: {stage}, state {d.state}")

@@ -1,0 +1,105 @@
+"""The probe: a background thread sampling every component on an interval, cheaply.
+
+A sample is a :class:`Snapshot` without ledgers (the expensive part): stub states and
+metrics, router metrics, Toxiproxy proxies and counters, component states. The bounded
+series feeds the timeline; the latest sample is the "before" point of per-origin rates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Self, cast
+
+from pytest_wedge.diagnostics.evidence import Snapshot, empty_snapshot, fill, gather, sample_jobs
+
+if TYPE_CHECKING:
+    from pytest_wedge.handle import Wedge
+    from pytest_wedge.running import Topology
+
+
+class Probe:
+    """``Probe(wedge or topology, interval_s=0.1).start()`` ... ``.stop()``; a context manager."""
+
+    def __init__(
+        self,
+        target: Wedge | Topology,
+        interval_s: float = 0.1,
+        *,
+        maxlen: int = 3000,
+        timeout_s: float = 0.2,
+    ) -> None:
+        self.topology = cast("Topology", getattr(target, "topology", target))
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._samples: deque[Snapshot] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # A few fixed workers: one thread per fetch of one sample, reused between samples.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-probe")
+        self.errors = 0
+
+    def sample(self) -> Snapshot:
+        """Take one sample now (also what the thread does each tick)."""
+        started = time.time()
+        snapshot = empty_snapshot(self.topology)
+        jobs, timeouts = sample_jobs(self.topology, self.timeout_s, ledgers=False,
+                                     ledger_timeout_s=self.timeout_s)  # fmt: skip
+        results, failed = gather(jobs, timeouts, self._pool)
+        fill(snapshot, self.topology, results)
+        snapshot.unanswered = failed
+        snapshot.taken_at = time.time()
+        snapshot.collect_s = snapshot.taken_at - started
+        return snapshot
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                snapshot = self.sample()
+            except Exception:  # a probe must never take the test down; count and go on
+                self.errors += 1
+            else:
+                with self._lock:
+                    self._samples.append(snapshot)
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def start(self) -> Self:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="wedge-probe", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def latest(self, min_age_s: float = 0.0) -> Snapshot | None:
+        """The newest sample at least ``min_age_s`` old (a rate needs some distance)."""
+        cutoff = time.time() - min_age_s
+        with self._lock:
+            for snapshot in reversed(self._samples):
+                if snapshot.taken_at <= cutoff:
+                    return snapshot
+        return None
+
+    def samples(self) -> list[Snapshot]:
+        with self._lock:
+            return list(self._samples)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
