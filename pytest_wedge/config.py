@@ -22,6 +22,7 @@ class Setting:
     default: Any
     env: str | None = None
     choices: tuple[str, ...] = ()
+    allow_zero: bool = False
 
     @property
     def option(self) -> str:
@@ -61,6 +62,13 @@ SETTINGS: dict[str, Setting] = {
             env="PYTEST_WEDGE_KEEP",
         ),
         Setting(
+            "wedge_probe_interval",
+            "Seconds between probe samples of every component during a test (0 turns it off).",
+            0.1,
+            env="PYTEST_WEDGE_PROBE_INTERVAL",
+            allow_zero=True,
+        ),
+        Setting(
             "wedge_ready_timeout",
             "Seconds a topology may take from start to ready before the start fails.",
             30.0,
@@ -91,8 +99,8 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
             raise ValueError(f"expected true or false, got {raw!r}")
         if isinstance(setting.default, float):
             value = float(raw)
-            if value <= 0:
-                raise ValueError("must be > 0")
+            if value < 0 or (value == 0 and not setting.allow_zero):
+                raise ValueError("must be >= 0" if setting.allow_zero else "must be > 0")
             return value
     except ValueError as exc:
         raise ConfigError(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pytest_wedge.clearing import ClearCheck, expect_cleared
+from pytest_wedge.diagnostics.probe import Probe
 from pytest_wedge.faults.base import Fault, FaultSet
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
 
 
 class Wedge:
-    def __init__(self, topology: Topology, artifacts_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        artifacts_dir: Path | None = None,
+        *,
+        probe_interval_s: float = 0.1,
+    ) -> None:
         self.topology = topology
         self.faults = FaultSet(topology)
         self.ledger = ClientLedger()
@@ -35,6 +42,9 @@ class Wedge:
         self._loads: list[BackgroundLoad] = []
         self.watchdogs: list[Watchdog] = []
         self.clear_checks: list[ClearCheck] = []
+        self.probe: Probe | None = None
+        if probe_interval_s > 0:
+            self.probe = Probe(self, interval_s=probe_interval_s).start()
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -150,4 +160,6 @@ class Wedge:
     def close(self) -> list[str]:
         """Stop loads and revert faults; returns revert errors for the report."""
         self.stop_loads()
+        if self.probe is not None:
+            self.probe.stop()
         return self.faults.revert_all()

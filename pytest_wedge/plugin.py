@@ -5,7 +5,6 @@ Everything it drives works without pytest (see ``pytest_wedge.session``).
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from pytest_wedge.config import SETTINGS, resolve
 from pytest_wedge.errors import ConfigError, WedgeError
 from pytest_wedge.handle import Wedge
 from pytest_wedge.marker import parse_marker
+from pytest_wedge.reporting import build_report, keep_artifacts
 from pytest_wedge.running import find_executables
 from pytest_wedge.session import WedgeSession
 from pytest_wedge.toxiproxy import find_toxiproxy
@@ -170,7 +170,8 @@ def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedg
             raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from exc
         topology = plugin.session(parsed.runtime).topology(parsed.spec)
         topology.reset()
-        handle = Wedge(topology, _artifacts_for(request))
+        handle = Wedge(topology, _artifacts_for(request),
+                       probe_interval_s=plugin.value("wedge_probe_interval"))  # fmt: skip
         handles.append(handle)
         return handle
 
@@ -202,26 +203,32 @@ def _close_handles(handles: list[Wedge]) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None]:
+    """On failure, including a pytest-timeout (signal method), before teardown runs: the
+    wedge section in the terminal and JUnit XML, and the artifacts on disk."""
     report: pytest.TestReport = yield  # type: ignore[assignment]
     handles = item.stash.get(HANDLES_KEY, [])
-    if handles and report.failed and report.when in ("call", "setup"):
-        with contextlib.suppress(Exception):
-            report.sections.append(("wedge", _summary(handles)))
-    return report  # type: ignore[return-value]
+    if not handles or report.when != "call":
+        return report  # type: ignore[return-value]
+    keep = _plugin(item.config).value("wedge_keep")
+    hook = item.config.hook
 
+    def extra(wedge: Wedge, origin: str) -> list[str]:
+        lines = hook.pytest_wedge_diagnose(wedge=wedge, origin=origin)
+        return [line for result in lines if result for line in result]
 
-def _summary(handles: list[Wedge]) -> str:
-    lines: list[str] = []
     for handle in handles:
-        topo = handle.topology
-        states = {n: topo.runtime.state(n) for n in topo.components}
-        lines.append("components: " + ", ".join(f"{n}={s}" for n, s in states.items()))
-        faults = [f.describe() for f in handle.faults.active_faults()]
-        lines.append("active faults: " + (", ".join(faults) or "none"))
-        for origin in handle.ledger.origins():
-            counts = handle.ledger.by_origin(origin).states()
-            lines.append(
-                f"client ledger {origin}: " + ", ".join(f"{k}={v}" for k, v in counts.items() if v)
-            )
-    return "\n".join(lines)
+        try:
+            if report.failed:
+                text, data = build_report(handle, extra_evidence=extra)
+                hook.pytest_wedge_report(wedge=handle, report=data)
+                report.sections.append(("wedge", text))
+                # JUnit XML writes properties, not custom sections: CI test views show it.
+                item.user_properties.append(("wedge", text))
+            elif keep:
+                keep_artifacts(handle)
+        except Exception as exc:  # the report must never hide the test's own failure
+            report.sections.append(("wedge", f"(the wedge report failed: {exc!r})"))
+    return report  # type: ignore[return-value]

@@ -130,3 +130,39 @@ def test_faults_are_reverted_after_a_failing_test(pytester, request):
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}")
     result.assert_outcomes(passed=1, failed=1)
+
+
+def test_a_test_hanging_past_pytest_timeout_still_gets_its_wedge_report(pytester, request, monkeypatch):
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("WEDGE_LEAK_MARK", mark)
+    pytester.makepyfile("""
+        import pytest
+        from pytest_wedge.faults import Pause
+
+        @pytest.mark.timeout(4)
+        def test_hangs_on_a_paused_router(wedge):
+            wedge.apply(Pause("router"))
+            harness = wedge.harness(agents=3, rounds=1, client_timeout_s=None)
+            harness.wait()  # never returns: the router is paused
+    """)
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    artifacts = pytester.path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={toxiproxy}", f"--wedge-artifacts={artifacts}",
+        "--junitxml=junit.xml", "-p", "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Timeout*", "*- wedge -*", "*wedge located at router*"])
+    diagnoses = list(artifacts.rglob("diagnosis.json"))
+    assert len(diagnoses) == 1
+    assert '"location": "router"' in diagnoses[0].read_text()
+    assert (diagnoses[0].parent / "timeline.html").exists()
+    assert "wedge located at router" in (pytester.path / "junit.xml").read_text()
+    leftovers = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if proc.environ().get("WEDGE_LEAK_MARK") == mark:
+                leftovers.append(f"{proc.pid} {proc.info['name']}")
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    assert leftovers == []
