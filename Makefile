@@ -36,7 +36,7 @@ $(TOXIPROXY):
 
 # The main job: the scenario catalog on the process runtime.
 scenarios: install
-	$(BIN)/python -m pytest --wedge-scenarios -p no:randomly -q $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest --wedge-scenarios -q $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no scenario ran"; exit 1; fi; exit $$rc
 
 # The test suite, with a private dockerd for the docker-runtime tests (started and stopped

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_wedge import hookspecs
+from pytest_wedge import hookspecs, scenario_items
 from pytest_wedge.config import SETTINGS, resolve
 from pytest_wedge.errors import ConfigError, WedgeError
 from pytest_wedge.handle import Wedge
@@ -20,6 +20,7 @@ from pytest_wedge.marker import parse_marker
 from pytest_wedge.reporting import build_report, keep_artifacts
 from pytest_wedge.running import find_executables
 from pytest_wedge.session import WedgeSession
+from pytest_wedge.topology import TopologySpec
 from pytest_wedge.toxiproxy import find_toxiproxy
 
 WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
@@ -30,8 +31,19 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+SCENARIOS_HELP = (
+    "Run the scenario catalog: all scenarios, the comma-separated NAMES, or 'list' to print "
+    "the catalog. Without test paths on the command line, only the catalog runs."
+)
+SCENARIO_DIRS_HELP = "Directories of your own scenario files (*.toml), added to the catalog."
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wedge", "pytest-wedge: distributed-hang fault injection")
+    group.addoption("--wedge-scenarios", dest="wedge_scenarios", nargs="?", const="all",
+                    default=None, metavar="NAMES", help=SCENARIOS_HELP)
+    parser.addini("wedge_scenarios", SCENARIOS_HELP, default=None)
+    parser.addini("wedge_scenario_dirs", SCENARIO_DIRS_HELP, type="paths", default=[])
     for setting in SETTINGS.values():
         kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": setting.help}
         if isinstance(setting.default, bool):
@@ -113,6 +125,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "the `wedge` fixture brings up for this test (see pytest_wedge.marker.wedge).",
     )
     config.stash[PLUGIN_KEY] = WedgePlugin(config)
+    scenario_items.configure(config)
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--wedge-scenarios=list`` prints the catalog and runs nothing."""
+    for text in scenario_items.listing(config):
+        print(text)
+        return 0
+    return None
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    return scenario_items.collect_file(file_path, parent)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -135,17 +160,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 parse_marker(marker.args, marker.kwargs)
             except ConfigError as exc:
                 raise pytest.UsageError(f"{item.nodeid}: {exc}") from exc
-        if WEDGE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if WEDGE_FIXTURES & set(getattr(item, "fixturenames", ())) or isinstance(
+            item, scenario_items.ScenarioItem
+        ):
             needs_topology = True
     if needs_topology:
         _plugin(config).check_binaries()
 
 
-def _artifacts_for(request: pytest.FixtureRequest) -> Path:
-    plugin = _plugin(request.config)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-120:]
-    base = Path(plugin.value("wedge_artifacts"))
-    return base / "tests" / safe
+def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
+    """A fresh handle onto the session's topology for ``spec``, closed with ``item``."""
+    plugin = _plugin(item.config)
+    topology = plugin.session(runtime).topology(spec)
+    topology.reset()
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
+    artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
+    handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
+    item.stash.setdefault(HANDLES_KEY, []).append(handle)
+    return handle
 
 
 @pytest.fixture(scope="session")
@@ -160,23 +192,17 @@ def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedg
 
     Takes the same keyword arguments as the ``wedge`` marker.
     """
-    plugin = _plugin(request.config)
-    handles = request.node.stash.setdefault(HANDLES_KEY, [])
+    item = request.node
 
     def make(**kwargs: Any) -> Wedge:
         try:
             parsed = parse_marker((), kwargs)
         except ConfigError as exc:
-            raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from exc
-        topology = plugin.session(parsed.runtime).topology(parsed.spec)
-        topology.reset()
-        handle = Wedge(topology, _artifacts_for(request),
-                       probe_interval_s=plugin.value("wedge_probe_interval"))  # fmt: skip
-        handles.append(handle)
-        return handle
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from exc
+        return open_handle(item, parsed.spec, parsed.runtime)
 
     yield make
-    _close_handles(handles)
+    close_handles(item)
 
 
 @pytest.fixture
@@ -190,9 +216,9 @@ def wedge(request: pytest.FixtureRequest, wedge_factory: Callable[..., Wedge]) -
     return wedge_factory(**kwargs)
 
 
-def _close_handles(handles: list[Wedge]) -> None:
+def close_handles(item: pytest.Item) -> None:
     errors: list[str] = []
-    for handle in handles:
+    for handle in item.stash.get(HANDLES_KEY, []):
         errors += handle.close()
     if errors:
         raise WedgeError(

@@ -231,6 +231,34 @@ def CoRestartWatchdog(origin: str = "harness", overdue_after_s: float = 1.0,
                             label="co-restart PD pair on transfer wedge")  # fmt: skip
 
 
+def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
+                               ) -> Callable[[Wedge], str | None]:  # fmt: skip
+    """A *misleading* watchdog (incident 9): restart the router once ``component``'s aggregate
+    tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
+    so it never fires on a wedge that only the harness suffers."""
+    idle_since: list[float | None] = [None]
+
+    def check(wedge: Wedge) -> str | None:
+        if wedge.metric(component, "sglang:gen_throughput") > 0:
+            idle_since[0] = None
+            return None
+        now = time.monotonic()
+        started = idle_since[0] = idle_since[0] or now
+        if now - started < idle_s:
+            return None
+        idle_since[0] = None
+        wedge.topology.restart("router")
+        return f"restarted the router after {component} showed 0 tok/s for {idle_s:g} s"
+
+    return check
+
+
+def AggregateThroughputWatchdog(component: str = "decode-0", idle_s: float = 1.0,
+                                interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
+    return CallableWatchdog(aggregate_throughput_check(component, idle_s), interval_s,
+                            label=f"restart router when {component} tok/s == 0")  # fmt: skip
+
+
 def watchdog_report(wedge: Wedge, watchdogs: Sequence[Watchdog]) -> list[dict[str, Any]]:
     """One line per armed watchdog: fired or not, and when."""
     rows: list[dict[str, Any]] = []

@@ -1,0 +1,129 @@
+"""pytest glue for ``--wedge-scenarios``: the catalog as collected test items."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_wedge.errors import ConfigError, WedgeError
+from pytest_wedge.scenario_run import run_scenario
+from pytest_wedge.scenarios import Scenario, catalog, load_scenario
+
+
+class ScenarioSelection:
+    """What ``--wedge-scenarios[=NAMES]`` selected, resolved once per process."""
+
+    def __init__(self, value: str, directories: Sequence[Path]) -> None:
+        self.value = value
+        try:
+            self.all = catalog(directories)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        wanted = None if value in ("all", "list") else [n.strip() for n in value.split(",") if n]
+        known = {s.name for s in self.all}
+        unknown = sorted(set(wanted or ()) - known)
+        if unknown:
+            raise pytest.UsageError(str(ConfigError(
+                f"Unknown scenario(s): {', '.join(unknown)}",
+                facts={"from": "--wedge-scenarios", "known": ", ".join(sorted(known))},
+                fix="run `pytest --wedge-scenarios=list` to see the catalog",
+            )))  # fmt: skip
+        self.selected = [s for s in self.all if wanted is None or s.name in wanted]
+        self.files = {s.path.resolve() for s in self.selected}
+
+    def listing(self) -> str:
+        width = max((len(s.name) for s in self.all), default=0)
+        lines = [f"{len(self.all)} wedge scenarios:"]
+        lines += [f"  {s.name.ljust(width)}  {s.summary}" for s in self.all]
+        return "\n".join(lines)
+
+    def extend_args(self, args: list[str], explicit: bool) -> list[str]:
+        """Without test paths given, run only the catalog; with them, run both."""
+        paths = sorted(str(f) for f in self.files)
+        base = args if explicit else []
+        known = {str(Path(a).resolve()) for a in base}
+        return [*base, *(p for p in paths if p not in known)]
+
+    def scenarios_in(self, path: Path) -> list[Scenario]:
+        return [s for s in self.selected if s.path.resolve() == path.resolve()]
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterable[pytest.Item]:
+        selection: ScenarioSelection = self.config.stash[SELECTION_KEY]
+        try:
+            scenarios = selection.scenarios_in(self.path) or [load_scenario(self.path)]
+        except ConfigError as exc:  # a file edited after start-up
+            raise pytest.UsageError(str(exc)) from exc
+        for scenario in scenarios:
+            item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
+            item.add_marker(pytest.mark.timeout(scenario.timeout_s))
+            yield item
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def runtest(self) -> None:
+        from pytest_wedge.plugin import open_handle
+
+        handle = open_handle(self, self.scenario.spec, self.scenario.runtime)
+        run_scenario(handle, self.scenario)
+
+    def teardown(self) -> None:
+        from pytest_wedge.plugin import close_handles
+
+        close_handles(self)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+                     ) -> str | Any:  # fmt: skip
+        if isinstance(excinfo.value, WedgeError):
+            return str(excinfo.value)  # our errors explain themselves; no internal traceback
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"scenario {self.scenario.name}: {self.scenario.summary}"
+
+
+SELECTION_KEY = pytest.StashKey[ScenarioSelection]()
+
+
+def _selection(config: pytest.Config) -> ScenarioSelection | None:
+    value = config.getoption("wedge_scenarios") or config.getini("wedge_scenarios")
+    if not value:
+        return None
+    directories = [Path(p) for p in config.getini("wedge_scenario_dirs")]
+    return ScenarioSelection(value, directories)
+
+
+def configure(config: pytest.Config) -> None:
+    selection = _selection(config)
+    if selection is None:
+        return
+    config.stash[SELECTION_KEY] = selection
+    if selection.value != "list":
+        explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+        config.args[:] = selection.extend_args(list(config.args), explicit)
+
+
+def collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | None:
+    selection = parent.config.stash.get(SELECTION_KEY, None)
+    if selection is None or file_path.suffix != ".toml":
+        return None
+    if file_path.resolve() not in selection.files:
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+def listing(config: pytest.Config) -> Iterator[str]:
+    """Runs before pytest_configure (from pytest_cmdline_main), so it reads the options itself."""
+    value = config.getoption("wedge_scenarios") or config.getini("wedge_scenarios")
+    if value == "list":
+        selection = _selection(config)
+        assert selection is not None
+        yield selection.listing()

@@ -1,0 +1,310 @@
+"""The scenario catalog: declarative TOML files that map one to one onto the Python API.
+
+A scenario names its topology, its load (harness, stray requesters, aborters), its faults with
+a schedule, its watchdogs and its expectations. Every key is checked on load; a bad file is a
+ConfigError naming the file, the key, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pytest_wedge import faults as fault_module
+from pytest_wedge import watchdogs as watchdog_module
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.faults.base import Fault
+from pytest_wedge.load import Aborter, Harness, StrayRequester
+from pytest_wedge.marker import parse_marker
+from pytest_wedge.topology import TopologySpec
+from pytest_wedge.watchdogs import Watchdog
+
+
+def _catalog_dir() -> Path:
+    # Installed, the catalog is the package pytest_wedge.fixtures; in an editable install that
+    # name maps onto the project's top-level fixtures/ directory.
+    spec = importlib.util.find_spec("pytest_wedge.fixtures")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parent.parent / "fixtures"
+
+
+CATALOG_DIR = _catalog_dir()
+
+FAULTS: dict[str, type[Fault]] = {
+    name: cls
+    for name, cls in vars(fault_module).items()
+    if isinstance(cls, type)
+    and issubclass(cls, Fault)
+    and not inspect.isabstract(cls)
+    and name not in ("Fault", "Toxic", "EngineFault")
+}
+WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
+    name: getattr(watchdog_module, name)
+    for name in (
+        "RequestTimeout",
+        "StreamBodyStallTimeout",
+        "InflightPinWatchdog",
+        "TransferTimeoutWatchdog",
+        "CoRestartWatchdog",
+        "AggregateThroughputWatchdog",
+        "CommandWatchdog",
+    )
+}
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    fault: Fault
+    at_s: float = 0.0
+    for_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ArmedWatchdog:
+    watchdog: Watchdog
+    expect_fire: bool = True
+
+
+@dataclass(frozen=True)
+class Expect:
+    located_at: str
+    red_herring: str | None = None
+    cleared_within_s: float | None = None
+    clears: bool = True
+    require_recovery: bool = True
+    nothing_lost: bool = True
+    overdue_after_s: float = 1.0
+    wedge_shows_within_s: float = 10.0
+    finish_within_s: float = 30.0
+    settle_within_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    path: Path
+    spec: TopologySpec
+    runtime: str | None
+    harness: Mapping[str, Any]
+    strays: tuple[Mapping[str, Any], ...]
+    aborters: tuple[Mapping[str, Any], ...]
+    faults: tuple[ScheduledFault, ...]
+    watchdogs: tuple[ArmedWatchdog, ...]
+    expect: Expect
+    warmup_requests: int = 1
+    timeout_s: float = 60.0
+    incident: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _Reader:
+    """Reads one table of a file, recording the key path for error messages."""
+
+    def __init__(self, path: Path, table: Mapping[str, Any], where: str) -> None:
+        self.path, self.table, self.where = path, dict(table), where
+
+    def _key(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def fail(self, key: str, expected: str, found: object) -> ConfigError:
+        return ConfigError(
+            f"Bad scenario file {self.path.name}: key {self._key(key)}",
+            facts={
+                "file": self.path,
+                "key": self._key(key),
+                "expected": expected,
+                "found": repr(found),
+            },
+            fix=f"edit {self.path}; the format is in docs/writing-a-hang-test.md",
+        )
+
+    def take(
+        self, key: str, kind: type | tuple[type, ...], default: Any = ..., expected: str = ""
+    ) -> Any:
+        if key not in self.table:
+            if default is ...:
+                raise self.fail(key, expected or f"a {_kind_name(kind)} (required)", "nothing")
+            return default
+        value = self.table.pop(key)
+        bad_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
+        if not isinstance(value, kind) or bad_bool:
+            raise self.fail(key, expected or f"a {_kind_name(kind)}", value)
+        return value
+
+    def sub(self, key: str, *, required: bool = False) -> _Reader:
+        table = self.take(key, dict, ... if required else {}, "a table")
+        return _Reader(self.path, table, self._key(key))
+
+    def done(self) -> None:
+        if self.table:
+            key = next(iter(self.table))
+            raise self.fail(key, "no such key here", self.table[key])
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {
+        int: "integer",
+        float: "number",
+        str: "string",
+        bool: "boolean",
+        list: "list",
+        dict: "table",
+    }
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
+
+
+NUMBER = (int, float)
+
+
+def _build(reader: _Reader, registry: Mapping[str, Callable[..., Any]], what: str) -> Any:
+    kind = reader.take("kind", str, expected=f"a {what} kind: {', '.join(sorted(registry))}")
+    factory = registry.get(kind)
+    if factory is None:
+        raise reader.fail("kind", f"one of {', '.join(sorted(registry))}", kind)
+    kwargs = dict(reader.table)
+    reader.table.clear()
+    try:
+        return factory(**kwargs)
+    except (TypeError, ConfigError) as exc:
+        detail = exc.headline if isinstance(exc, ConfigError) else str(exc)
+        raise reader.fail(
+            next(iter(kwargs), "kind"), f"the arguments of {kind}{_signature(factory)}", detail
+        ) from exc
+
+
+def _signature(factory: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(factory)).replace("'", "")
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _load_options(reader: _Reader, cls: type, key: str) -> dict[str, Any]:
+    """Options of a load class, checked against its constructor's keyword parameters."""
+    table = reader.sub(key)
+    params = inspect.signature(cls).parameters
+    allowed = {n for n in params if n not in ("base_url", "ledger")} | {"target"}
+    for name in table.table:
+        if name not in allowed:
+            raise table.fail(name, f"one of {', '.join(sorted(allowed))}", table.table[name])
+    options = dict(table.table)
+    table.table.clear()
+    return options
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"Bad scenario file {path.name}: not valid TOML",
+            facts={"file": path, "error": str(exc)},
+            fix=f"fix the TOML syntax in {path}",
+        ) from exc
+    top = _Reader(path, data, "")
+    name = top.take("name", str)
+    summary = top.take("summary", str)
+    incident = top.take("incident", int, None)
+    timeout_s = float(top.take("timeout_s", NUMBER, 60.0))
+    topo = top.sub("topology")
+    marker_kwargs = {
+        f.name: topo.table.pop(f.name) for f in fields(TopologySpec) if f.name in topo.table
+    }
+    runtime = topo.take("runtime", str, None)
+    topo.done()
+    try:
+        spec = parse_marker((), marker_kwargs).spec
+    except ConfigError as exc:
+        raise topo.fail(
+            next(iter(marker_kwargs), "prefill"), "valid topology settings", exc.headline
+        ) from exc
+    load = top.sub("load")
+    warmup = load.take("warmup_requests", int, 1)
+    harness = _load_options(load, Harness, "harness")
+    strays = tuple(
+        _load_options(_Reader(path, {"x": t}, f"load.stray[{i}]"), StrayRequester, "x")
+        for i, t in enumerate(load.take("stray", list, []))
+    )
+    aborters = tuple(
+        _load_options(_Reader(path, {"x": t}, f"load.aborter[{i}]"), Aborter, "x")
+        for i, t in enumerate(load.take("aborter", list, []))
+    )
+    load.done()
+    scheduled = []
+    for i, table in enumerate(top.take("faults", list, [])):
+        reader = _Reader(path, table, f"faults[{i}]")
+        at_s = float(reader.take("at_s", NUMBER, 0.0))
+        for_s = reader.take("for_s", NUMBER, None)
+        scheduled.append(ScheduledFault(_build(reader, FAULTS, "fault"), at_s, for_s))
+    armed = []
+    for i, table in enumerate(top.take("watchdogs", list, [])):
+        reader = _Reader(path, table, f"watchdogs[{i}]")
+        expect_fire = reader.take("expect_fire", bool, True)
+        armed.append(ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire))
+    exp = top.sub("expect", required=True)
+    expect = Expect(
+        located_at=exp.take("located_at", str),
+        red_herring=exp.take("red_herring", str, None),
+        cleared_within_s=exp.take("cleared_within_s", NUMBER, None),
+        clears=exp.take("clears", bool, True),
+        require_recovery=exp.take("require_recovery", bool, True),
+        nothing_lost=exp.take("nothing_lost", bool, True),
+        overdue_after_s=float(exp.take("overdue_after_s", NUMBER, 1.0)),
+        wedge_shows_within_s=float(exp.take("wedge_shows_within_s", NUMBER, 10.0)),
+        finish_within_s=float(exp.take("finish_within_s", NUMBER, 30.0)),
+        settle_within_s=exp.take("settle_within_s", NUMBER, None),
+    )
+    exp.done()
+    top.done()
+    for link_or_component in (s.fault.target for s in scheduled):
+        if link_or_component not in [*spec.component_names, *spec.link_names()]:
+            raise ConfigError(
+                f"Bad scenario file {path.name}: fault target {link_or_component!r}",
+                facts={"file": path, "known": ", ".join(spec.link_names())},
+                fix="target a component or link of this topology",
+            )
+    return Scenario(
+        name,
+        summary,
+        path,
+        spec,
+        runtime,
+        harness,
+        strays,
+        aborters,
+        tuple(scheduled),
+        tuple(armed),
+        expect,
+        warmup,
+        timeout_s,
+        incident,
+    )
+
+
+def catalog(directories: Iterable[Path] = ()) -> list[Scenario]:
+    """The built-in catalog plus every ``*.toml`` under ``directories``, sorted by name."""
+    files = sorted(CATALOG_DIR.glob("*.toml"))
+    for directory in directories:
+        files += sorted(Path(directory).rglob("*.toml"))
+    scenarios = [load_scenario(f) for f in files]
+    seen: dict[str, Path] = {}
+    for scenario in scenarios:
+        if scenario.name in seen:
+            raise ConfigError(
+                f"Two scenarios are named {scenario.name!r}",
+                facts={"first": seen[scenario.name], "second": scenario.path},
+                fix="rename one of them",
+            )
+        seen[scenario.name] = scenario.path
+    return sorted(scenarios, key=lambda s: s.name)
