@@ -155,20 +155,24 @@ def run_scenario(wedge: Wedge, scenario: Scenario) -> ScenarioResult:
 
 
 def _finish(wedge: Wedge, scenario: Scenario, harness: Harness | None) -> None:
-    """Lift the faults, let the harness finish, and account for every request."""
-    wedge.faults.revert_all()
-    if harness is not None and not harness.wait(scenario.expect.finish_within_s):
+    """Lift the faults, let the harness finish, and account for every request.
+
+    A settle check runs with the faults still applied: reverting a fault releases whatever it
+    held, and a leak must be seen before that.
+    """
+    expect = scenario.expect
+    if expect.settle_within_s is None:
+        wedge.faults.revert_all()
+    if harness is not None and not harness.wait(expect.finish_within_s):
         harness.stop()
     wedge.stop_loads()
-    if scenario.expect.nothing_lost:
+    if expect.settle_within_s is not None:
+        wait_for(lambda: not _in_flight(wedge), timeout_s=expect.settle_within_s,
+                 what="every in-flight counter to return to 0",
+                 describe=lambda: ", ".join(_in_flight(wedge)))  # fmt: skip
+        wedge.faults.revert_all()
+    if expect.nothing_lost:
         wedge.assert_nothing_lost(ORIGIN)
-    if scenario.expect.settle_within_s is not None:
-        wait_for(
-            lambda: not _in_flight(wedge),
-            timeout_s=scenario.expect.settle_within_s,
-            what="every in-flight counter to return to 0",
-            describe=lambda: ", ".join(_in_flight(wedge)),
-        )
 
 
 def _in_flight(wedge: Wedge) -> list[str]:

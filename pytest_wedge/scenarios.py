@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import tomllib
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -142,6 +144,13 @@ class _Reader:
         table = self.take(key, dict, ... if required else {}, "a table")
         return _Reader(self.path, table, self._key(key))
 
+    def only(self, *keys: str) -> _Reader:
+        """Fail on an unknown key first: a typo is the mistake to report, not the key it hid."""
+        for key, value in self.table.items():
+            if key not in keys:
+                raise self.fail(key, f"one of {', '.join(keys)}", value)
+        return self
+
     def done(self) -> None:
         if self.table:
             key = next(iter(self.table))
@@ -190,14 +199,37 @@ def _signature(factory: Callable[..., Any]) -> str:
         return "(...)"
 
 
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a TOML value fits a constructor's type hint (the hints load classes use)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is not None:
+        return isinstance(value, dict if origin in (dict, Mapping) else origin)
+    return isinstance(value, hint)
+
+
 def _load_options(reader: _Reader, cls: type, key: str) -> dict[str, Any]:
     """Options of a load class, checked against its constructor's keyword parameters."""
     table = reader.sub(key)
-    params = inspect.signature(cls).parameters
-    allowed = {n for n in params if n not in ("base_url", "ledger")} | {"target"}
-    for name in table.table:
+    hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
+    allowed = {n for n in inspect.signature(cls).parameters if n not in ("base_url", "ledger")}
+    for name, value in table.table.items():
+        if name == "target":
+            continue
         if name not in allowed:
-            raise table.fail(name, f"one of {', '.join(sorted(allowed))}", table.table[name])
+            raise table.fail(name, f"one of {', '.join(sorted(allowed))}", value)
+        if name in hints and not _matches(value, hints[name]):
+            hint = getattr(hints[name], "__name__", str(hints[name]).replace("typing.", ""))
+            raise table.fail(name, f"{hint} ({cls.__name__} {name})", value)
     options = dict(table.table)
     table.table.clear()
     return options
@@ -212,12 +244,22 @@ def load_scenario(path: Path) -> Scenario:
             facts={"file": path, "error": str(exc)},
             fix=f"fix the TOML syntax in {path}",
         ) from exc
-    top = _Reader(path, data, "")
+    top = _Reader(path, data, "").only(
+        "name",
+        "summary",
+        "incident",
+        "timeout_s",
+        "topology",
+        "load",
+        "faults",
+        "watchdogs",
+        "expect",
+    )
     name = top.take("name", str)
     summary = top.take("summary", str)
     incident = top.take("incident", int, None)
     timeout_s = float(top.take("timeout_s", NUMBER, 60.0))
-    topo = top.sub("topology")
+    topo = top.sub("topology").only(*(f.name for f in fields(TopologySpec)), "runtime")
     marker_kwargs = {
         f.name: topo.table.pop(f.name) for f in fields(TopologySpec) if f.name in topo.table
     }
@@ -229,7 +271,7 @@ def load_scenario(path: Path) -> Scenario:
         raise topo.fail(
             next(iter(marker_kwargs), "prefill"), "valid topology settings", exc.headline
         ) from exc
-    load = top.sub("load")
+    load = top.sub("load").only("warmup_requests", "harness", "stray", "aborter")
     warmup = load.take("warmup_requests", int, 1)
     harness = _load_options(load, Harness, "harness")
     strays = tuple(
@@ -246,13 +288,22 @@ def load_scenario(path: Path) -> Scenario:
         reader = _Reader(path, table, f"faults[{i}]")
         at_s = float(reader.take("at_s", NUMBER, 0.0))
         for_s = reader.take("for_s", NUMBER, None)
-        scheduled.append(ScheduledFault(_build(reader, FAULTS, "fault"), at_s, for_s))
+        target_key = next((k for k in ("component", "link", "decode") if k in reader.table), "kind")
+        fault = _build(reader, FAULTS, "fault")
+        known = [*spec.component_names, *spec.link_names()]
+        if fault.target not in known:
+            raise reader.fail(
+                target_key,
+                f"a component or link of this topology: {', '.join(known)}",
+                fault.target,
+            )
+        scheduled.append(ScheduledFault(fault, at_s, for_s))
     armed = []
     for i, table in enumerate(top.take("watchdogs", list, [])):
         reader = _Reader(path, table, f"watchdogs[{i}]")
         expect_fire = reader.take("expect_fire", bool, True)
         armed.append(ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire))
-    exp = top.sub("expect", required=True)
+    exp = top.sub("expect", required=True).only(*(f.name for f in fields(Expect)))
     expect = Expect(
         located_at=exp.take("located_at", str),
         red_herring=exp.take("red_herring", str, None),
@@ -267,13 +318,6 @@ def load_scenario(path: Path) -> Scenario:
     )
     exp.done()
     top.done()
-    for link_or_component in (s.fault.target for s in scheduled):
-        if link_or_component not in [*spec.component_names, *spec.link_names()]:
-            raise ConfigError(
-                f"Bad scenario file {path.name}: fault target {link_or_component!r}",
-                facts={"file": path, "known": ", ".join(spec.link_names())},
-                fix="target a component or link of this topology",
-            )
     return Scenario(
         name,
         summary,

@@ -1,0 +1,83 @@
+"""`pytest --wedge-scenarios`: listing, selection, user catalogs, bad files, xdist."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+USER_SCENARIO = """
+# A user's own regression test: the prefill stalls before its first token.
+name = "my-prefill-stall"
+summary = "Prefill stalls; the harness waits at prefill-0"
+
+[load.harness]
+agents = 3
+rounds = 1
+client_timeout_s = 30
+
+[[faults]]
+kind = "StallBeforeFirstToken"
+component = "prefill-0"
+
+[expect]
+located_at = "prefill-0"
+"""
+
+
+def toxiproxy_arg(request) -> str:
+    return f"--wedge-toxiproxy={request.config.rootpath / 'bin' / 'toxiproxy-server'}"
+
+
+def test_list_prints_the_catalog(pytester):
+    result = pytester.runpytest_subprocess("--wedge-scenarios=list")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "9 wedge scenarios:",
+        "*stray-requester-masks-router-wedge*A paused router wedges the harness*",
+        "*watchdog-watching-the-wrong-signal*",
+    ])
+
+
+def test_user_catalog_directory_is_picked_up_and_runs(pytester, request):
+    pytester.mkdir("scenarios").joinpath("my_stall.toml").write_text(USER_SCENARIO)
+    pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
+    listing = pytester.runpytest_subprocess("--wedge-scenarios=list")
+    listing.stdout.fnmatch_lines(["10 wedge scenarios:", "*my-prefill-stall*Prefill stalls*"])
+    result = pytester.runpytest_subprocess("--wedge-scenarios=my-prefill-stall", toxiproxy_arg(request), "-v")
+    result.stdout.fnmatch_lines(["*my_stall.toml::my-prefill-stall PASSED*"])
+    result.assert_outcomes(passed=1)
+
+
+def test_scenarios_run_together_with_the_users_tests(pytester, request):
+    pytester.makepyfile("def test_mine(): pass")
+    result = pytester.runpytest_subprocess(
+        "test_scenarios_run_together_with_the_users_tests.py",
+        "--wedge-scenarios=decode-serialization-under-load", toxiproxy_arg(request),
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_malformed_scenario_is_a_usage_error_naming_file_and_key(pytester):
+    bad = USER_SCENARIO.replace("agents = 3", 'agents = "three"')
+    pytester.mkdir("scenarios").joinpath("broken.toml").write_text(bad)
+    pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
+    result = pytester.runpytest_subprocess("--wedge-scenarios")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*Bad scenario file broken.toml: key load.harness.agents*",
+        "*expected: int (Harness agents)*",
+        "*To fix this: edit */scenarios/broken.toml*",
+    ])
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+
+
+def test_unknown_scenario_name_lists_the_known_ones(pytester):
+    result = pytester.runpytest_subprocess("--wedge-scenarios=no-such-thing")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*Unknown scenario(s): no-such-thing*", "*known:*half-open-decode-stream*"])
+
+
+def test_catalog_passes_under_xdist(pytester, request):
+    result = pytester.runpytest_subprocess("--wedge-scenarios", "-n", "2", toxiproxy_arg(request))
+    result.assert_outcomes(passed=9)

@@ -1,0 +1,80 @@
+"""The scenario format: the catalog loads, and every kind of mistake is named precisely."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.faults import Pause
+from pytest_wedge.scenarios import CATALOG_DIR, catalog, load_scenario
+
+GOOD = """
+name = "x"
+summary = "y"
+[topology]
+router_args = ["--request-timeout-secs", "2"]
+[load.harness]
+agents = 3
+[[faults]]
+kind = "Pause"
+component = "router"
+for_s = 2
+[[watchdogs]]
+kind = "RequestTimeout"
+seconds = 2
+[expect]
+located_at = "router"
+cleared_within_s = 3
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_catalog_covers_every_incident_once_at_least():
+    scenarios = catalog()
+    assert {s.incident for s in scenarios} == set(range(1, 10))
+    assert all(s.path.parent == CATALOG_DIR for s in scenarios)
+    for s in scenarios:
+        comments = [line for line in s.path.read_text().splitlines() if line.startswith("#")]
+        assert 3 <= len(comments) <= 7, s.name  # each file explains itself
+
+
+def test_a_file_maps_onto_the_python_api(tmp_path):
+    scenario = load_scenario(write(tmp_path, GOOD))
+    assert scenario.spec.router_args == ("--request-timeout-secs", "2")
+    assert scenario.harness == {"agents": 3}
+    assert scenario.faults[0].fault == Pause("router") and scenario.faults[0].for_s == 2
+    assert scenario.watchdogs[0].watchdog.name == "router --request-timeout-secs 2"
+    assert scenario.expect.cleared_within_s == 3
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "expected"),
+    [
+        (('name = "x"', ""), "name", "a string (required)"),
+        (('kind = "Pause"', 'kind = "Freeze"'), "faults[0].kind", "one of Bandwidth"),
+        (('component = "router"', 'component = "routr"'), "faults[0].component", "client->router"),
+        (("for_s = 2", 'for_s = "2s"'), "faults[0].for_s", "a integer or number"),
+        (("seconds = 2", "secs = 2"), "watchdogs[0].secs", "the arguments of RequestTimeout"),
+        (("agents = 3", "agentz = 3"), "load.harness.agentz", "one of "),
+        (('located_at = "router"', 'location = "router"'), "expect.location", "one of located_at, red_herring"),
+        (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of prefill, decode, router_args, stub, runtime"),
+        (("cleared_within_s = 3", "cleared_within_s = true"), "expect.cleared_within_s", "number"),
+    ],
+)
+def test_mistakes_name_the_file_the_key_and_what_was_expected(tmp_path, edit, key, expected):
+    path = write(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert "s.toml" in text and key in text and expected in text, text
+    assert "To fix this" in text
+
+
+def test_invalid_toml_is_reported_with_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_scenario(write(tmp_path, "name = "))
