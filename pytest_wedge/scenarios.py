@@ -44,7 +44,7 @@ FAULTS: dict[str, type[Fault]] = {
     if isinstance(cls, type)
     and issubclass(cls, Fault)
     and not inspect.isabstract(cls)
-    and name not in ("Fault", "Toxic", "EngineFault")
+    and name not in ("Fault", "Toxic", "EngineFault", "ComponentFault")
 }
 WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
     name: getattr(watchdog_module, name)

@@ -1,7 +1,14 @@
 """Faults: network (Toxiproxy toxics), component (runtime actions), engine (stub behaviours)."""
 
 from pytest_wedge.faults.base import Fault, FaultSet, FaultWindow
-from pytest_wedge.faults.component import CoRestart, DecodeOnlyRestart, Kill, Pause, Restart
+from pytest_wedge.faults.component import (
+    ComponentFault,
+    CoRestart,
+    DecodeOnlyRestart,
+    Kill,
+    Pause,
+    Restart,
+)
 from pytest_wedge.faults.engine import (
     Crash,
     EngineFault,
@@ -26,8 +33,31 @@ from pytest_wedge.faults.network import (
 )
 
 __all__ = [
-    "Bandwidth", "CoRestart", "Crash", "DecodeOnlyRestart", "Down", "EngineFault", "ErrorStatus",
-    "Fault", "FaultSet", "FaultWindow", "Kill", "Latency", "LimitData", "Pause", "PinOnAbort",
-    "RefuseBootstrap", "ResetPeer", "Restart", "Serialize", "Slicer", "SlowClose", "SlowTokens",
-    "StallAfterTokens", "StallBeforeFirstToken", "Timeout", "Toxic",
+    "Bandwidth",
+    "CoRestart",
+    "ComponentFault",
+    "Crash",
+    "DecodeOnlyRestart",
+    "Down",
+    "EngineFault",
+    "ErrorStatus",
+    "Fault",
+    "FaultSet",
+    "FaultWindow",
+    "Kill",
+    "Latency",
+    "LimitData",
+    "Pause",
+    "PinOnAbort",
+    "RefuseBootstrap",
+    "ResetPeer",
+    "Restart",
+    "Serialize",
+    "Slicer",
+    "SlowClose",
+    "SlowTokens",
+    "StallAfterTokens",
+    "StallBeforeFirstToken",
+    "Timeout",
+    "Toxic",
 ]  # fmt: skip

@@ -14,14 +14,19 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Pause(Fault):
-    """SIGSTOP (or ``docker pause``): TCP still accepts, nothing answers. Reverted by resume."""
+class ComponentFault(Fault):
+    """A runtime action on one component (router, prefill-i, decode-j)."""
 
     component: str
 
     @property
     def target(self) -> str:
         return self.component
+
+
+@dataclass(frozen=True)
+class Pause(ComponentFault):
+    """SIGSTOP (or ``docker pause``): TCP still accepts, nothing answers. Reverted by resume."""
 
     def apply(self, topology: Topology) -> None:
         validate_component_name(self.component, topology.spec)
@@ -32,14 +37,8 @@ class Pause(Fault):
 
 
 @dataclass(frozen=True)
-class Kill(Fault):
+class Kill(ComponentFault):
     """SIGKILL. Reverting starts the component again if it is still down."""
-
-    component: str
-
-    @property
-    def target(self) -> str:
-        return self.component
 
     def apply(self, topology: Topology) -> None:
         validate_component_name(self.component, topology.spec)
@@ -51,14 +50,8 @@ class Kill(Fault):
 
 
 @dataclass(frozen=True)
-class Restart(Fault):
+class Restart(ComponentFault):
     """Kill and start again, waiting until it is ready. A one-shot: nothing to revert."""
-
-    component: str
-
-    @property
-    def target(self) -> str:
-        return self.component
 
     def apply(self, topology: Topology) -> None:
         validate_component_name(self.component, topology.spec)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 import httpx
@@ -39,6 +41,33 @@ class Runtime(Protocol):
     def log_path(self, name: str) -> str | None: ...
     def running(self, name: str) -> bool: ...
     def close(self) -> None: ...
+
+
+class LogFiles:
+    """What both runtimes share: one log file per component under ``logs_dir``."""
+
+    logs_dir: Path
+
+    def state(self, name: str) -> ComponentState:
+        raise NotImplementedError
+
+    def running(self, name: str) -> bool:
+        return self.state(name) in ("running", "paused")
+
+    def log_path(self, name: str) -> str | None:
+        path = self.logs_dir / f"{name}.log"
+        return str(path) if path.exists() else None
+
+    def tail_log_file(self, name: str, tail: int) -> str:
+        """The last ``tail`` lines of the component's log file (reads at most 64 KiB)."""
+        path = self.logs_dir / f"{name}.log"
+        if not path.exists():
+            return ""
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 64 * 1024))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-tail:])
 
 
 def wait_ready(

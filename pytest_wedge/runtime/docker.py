@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from pytest_wedge.errors import ComponentStartError, ConfigError
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState
+from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
 from pytest_wedge.runtime.process import owner_alive, owner_tag
 from pytest_wedge.topology import ComponentSpec
 
@@ -71,7 +71,7 @@ def connect() -> Any:
     return client
 
 
-class DockerRuntime:
+class DockerRuntime(LogFiles):
     """Runtime protocol over docker-py containers."""
 
     name = "docker"
@@ -239,24 +239,13 @@ class DockerRuntime:
         container = self._reload(name)
         return "absent" if container is None else _STATES.get(container.status, "exited")
 
-    def running(self, name: str) -> bool:
-        return self.state(name) in ("running", "paused")
-
-    def log_path(self, name: str) -> str | None:
-        path = self.logs_dir / f"{name}.log"
-        return str(path) if path.exists() else None
-
     def logs(self, name: str, tail: int = 40) -> str:
         container = self._reload(name)
         if container is not None:
             with contextlib.suppress(Exception):
                 text: str = container.logs(tail=tail).decode("utf-8", "replace")
                 return text.rstrip("\n")
-        path = self.logs_dir / f"{name}.log"
-        if not path.exists():
-            return ""
-        lines = path.read_bytes()[-64 * 1024 :].decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-tail:])
+        return self.tail_log_file(name, tail)
 
     def pids(self) -> list[int]:
         return [pid for name in list(self._containers) if (pid := self.pid(name)) is not None]

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from pytest_wedge.errors import MissingBinaryError
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState
+from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
 from pytest_wedge.topology import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -32,7 +32,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class ProcessRuntime:
+class ProcessRuntime(LogFiles):
     """Runtime protocol over ``subprocess.Popen``."""
 
     name = "process"
@@ -140,22 +140,8 @@ class ProcessRuntime:
             return "exited"
         return "paused" if name in self._paused else "running"
 
-    def running(self, name: str) -> bool:
-        return self.state(name) in ("running", "paused")
-
-    def log_path(self, name: str) -> str | None:
-        path = self.logs_dir / f"{name}.log"
-        return str(path) if path.exists() else None
-
     def logs(self, name: str, tail: int = 40) -> str:
-        path = self.logs_dir / f"{name}.log"
-        if not path.exists():
-            return ""
-        with open(path, "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - 64 * 1024))
-            lines = log.read().decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-tail:])
+        return self.tail_log_file(name, tail)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
