@@ -212,3 +212,44 @@ def test_unknown_component_or_link_names_the_known_ones():
     assert "router, prefill-0, prefill-1, decode-0" in str(info.value)
     with pytest.raises(ConfigError, match="Unknown link 'router->decode-9'"):
         Latency(link="router->decode-9", latency_ms=1).apply(topo)  # type: ignore[arg-type]
+
+
+def test_restart_is_a_one_shot_with_nothing_to_revert():
+    from pytest_wedge.faults import Restart
+
+    topo = _FakeTopology()
+    Restart("prefill-1").apply(topo)  # type: ignore[arg-type]
+    Restart("prefill-1").revert(topo)  # type: ignore[arg-type]
+    assert topo.restarted == [("prefill-1",)]
+
+
+@pytest.mark.parametrize(
+    ("fault", "payload"),
+    [
+        ("StallBeforeFirstToken", {"kind": "stall_before_first_token"}),
+        ("PinOnAbort", {"kind": "pin_on_abort"}),
+        ("Serialize", {"kind": "serialize"}),
+        ("SlowTokens", {"kind": "slow_tokens", "itl_ms": 200.0}),
+        ("Crash", {"kind": "crash", "exit_code": 1}),
+        ("RefuseBootstrap", {"kind": "refuse_bootstrap"}),
+        ("ErrorStatus", {"kind": "error_status", "status": 500}),
+        ("StallAfterTokens", {"kind": "stall_after_tokens", "tokens": 3}),
+    ],
+)
+def test_every_engine_fault_has_a_stub_payload(fault, payload):
+    import pytest_wedge.faults as faults
+
+    cls = getattr(faults, fault)
+    component = "prefill-0" if "prefill" in cls.roles and "decode" not in cls.roles else "decode-0"
+    body = cls(component=component, origin="harness").payload()
+    assert body["name"] == f"wedge-{payload['kind']}" and body["origin"] == "harness"
+    for key, value in payload.items():
+        assert body[key] == value
+
+
+def test_an_engine_fault_on_the_wrong_role_says_which_roles_it_fits():
+    from pytest_wedge.faults import PinOnAbort
+
+    with pytest.raises(ConfigError, match="PinOnAbort does not apply to decode-0") as info:
+        PinOnAbort(component="decode-0").apply(_FakeTopology())  # type: ignore[arg-type]
+    assert "target a prefill worker" in str(info.value)
