@@ -51,8 +51,12 @@ def _probe_succeeds(wedge: Wedge, origin: str, timeout_s: float) -> bool:
             "messages": [{"role": "user", "content": "are you back?"}]}  # fmt: skip
     headers = {"x-request-id-origin": f"{origin}-probe"}
     try:
-        response = httpx.post(wedge.url + "/v1/chat/completions", json=body, headers=headers,
-                              timeout=max(0.2, timeout_s))  # fmt: skip
+        response = wedge.topology.http.post(
+            wedge.url + "/v1/chat/completions",
+            json=body,
+            headers=headers,
+            timeout=max(0.2, timeout_s),
+        )
     except httpx.HTTPError:
         return False
     return response.status_code == 200

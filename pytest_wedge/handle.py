@@ -11,8 +11,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from pytest_wedge.clearing import ClearCheck, expect_cleared
 from pytest_wedge.diagnostics.probe import Probe
 from pytest_wedge.faults.base import Fault, FaultSet
@@ -119,7 +117,7 @@ class Wedge:
         Samples whose labels include ``labels`` are summed; an absent metric reads 0.
         """
         if component == "router":
-            text = httpx.get(self.topology.router_metrics_url, timeout=2.0).text
+            text = self.topology.router_metrics()
         else:
             text = self.stub(component).metrics()
         return metric_value(text, name, **labels)

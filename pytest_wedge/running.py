@@ -85,6 +85,9 @@ class Topology:
         self.components: dict[str, ComponentSpec] = {}
         self.stubs: dict[str, StubClient] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
+        # One pooled client for admin calls; trust_env=False so proxy variables never reroute
+        # loopback traffic.
+        self.http = httpx.Client(timeout=2.0, trust_env=False)
 
     # -- bring-up ---------------------------------------------------------------------------
     def start(self) -> Topology:
@@ -157,6 +160,10 @@ class Topology:
         """A worker's real port: what a stray requester outside the router talks to."""
         return f"http://{LOOPBACK}:{self._require_plan().http[name]}"
 
+    def router_metrics(self, timeout_s: float = 2.0) -> str:
+        """The router's Prometheus text (raises httpx.HTTPError when it does not answer)."""
+        return self.http.get(self.router_metrics_url, timeout=timeout_s).text
+
     def pd_pair(self, decode: str) -> list[str]:
         """The components a co-restart of ``decode``'s PD pair restarts."""
         return [*self.spec.prefill_names, decode]
@@ -187,8 +194,8 @@ class Topology:
         cleared only by a router restart, which is cheaper than waiting them out.
         """
         try:
-            ready = httpx.get(self.router_url + "/readiness", timeout=2.0)
-            metrics = httpx.get(self.router_metrics_url, timeout=2.0).text
+            ready = self.http.get(self.router_url + "/readiness")
+            metrics = self.router_metrics()
         except httpx.HTTPError:
             return False
         breakers_open = any(value != 0 for _, value in samples(metrics, "smg_worker_cb_state"))
@@ -232,3 +239,4 @@ class Topology:
             self._allocator.release(self.plan.all_ports())
         self.links.clear()
         self._pool.shutdown(wait=False)
+        self.http.close()

@@ -52,7 +52,7 @@ def _router_metrics(wedge: Wedge) -> str:
     import httpx
 
     try:
-        return httpx.get(wedge.topology.router_metrics_url, timeout=1.0).text
+        return wedge.topology.router_metrics(timeout_s=1.0)
     except httpx.HTTPError:
         return ""  # a paused router answers nothing; its counters are read again later
 
