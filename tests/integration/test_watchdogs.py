@@ -112,3 +112,30 @@ def test_co_restart_watchdog_fails_a_budget_below_what_it_can_do(wedge):
     ):
         transfer_wedge(wedge)
     assert "not cleared within 0.3 s" in str(failure.value)
+
+
+RELEASE_PIN_SCRIPT = """
+import json, os, urllib.request
+url = os.environ["WEDGE_PREFILL_0_URL"]
+state = json.load(urllib.request.urlopen(url + "/control/state", timeout=2))
+if state["inflight"] and not state["running"]:
+    body = json.dumps({"inflight_pin_s": 0.1}).encode()
+    request = urllib.request.Request(url + "/control/watchdogs", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=2)
+    print("switched on prefill-0's in-flight pin release")
+"""
+
+
+@SLOW_PREFILL_ONE_SLOT
+def test_an_external_command_can_be_the_watchdog(wedge):
+    import sys
+
+    from pytest_wedge.watchdogs import CommandWatchdog
+
+    watchdog = CommandWatchdog([sys.executable, "-c", RELEASE_PIN_SCRIPT], interval_s=0.3)
+    with wedge.expect_cleared(within_s=6.0, watchdogs=[watchdog]) as check:
+        pinned_prefill(wedge)
+    row = check.watchdog_rows[0]
+    assert row["fired"] and "pin release" in row["detail"]
+    wedge.assert_nothing_lost("harness")
