@@ -58,5 +58,9 @@ lint: install
 bench: install
 	scripts/docker-daemon.sh run $(BIN)/python -m bench
 
+# The catalog SOAK_ROUNDS times (default 10): pass rate and time-to-clear spread per scenario.
+soak: install
+	$(BIN)/python -m bench.soak
+
 clean:
 	rm -rf $(VENV) bin .wedge-artifacts *.egg-info

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["topology", "diagnosis", "docker"]
+BENCHES = ["topology", "diagnosis", "probe", "docker"]
 
 
 def main(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ validation and its docs cannot drift apart.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -54,7 +55,7 @@ def wedge(
                 facts={"known": ", ".join(sorted(known))},
                 fix="use only the fields of pytest_wedge.topology.StubOptions",
             )
-        options = StubOptions(**stub)
+        options = StubOptions(**{name: _stub_value(name, value) for name, value in stub.items()})
     else:
         raise ConfigError("stub must be StubOptions or a dict", facts={"got": repr(stub)},
                           fix="write stub={'itl_ms': 5}")  # fmt: skip
@@ -65,6 +66,26 @@ def wedge(
     spec = TopologySpec(prefill=prefill, decode=decode, router_args=tuple(router_args),
                         stub=options)  # fmt: skip
     return MarkerArgs(spec=spec, runtime=runtime)
+
+
+def _stub_value(name: str, value: Any) -> Any:
+    """A stub option checked against its StubOptions type: a bad one would otherwise surface
+    only as a stub that refuses its command line (or an unhashable topology spec)."""
+    kind = typing.get_type_hints(StubOptions)[name]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is float:
+        ok, expected = number, "a number"
+    elif kind is int:
+        ok, expected = number and isinstance(value, int), "an integer"
+    elif kind is str:
+        ok, expected = isinstance(value, str), "a string"
+    else:  # extra_args: kept as a tuple, so the spec stays hashable
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        expected, value = "a list of strings", tuple(value) if ok else value
+    if not ok:
+        raise ConfigError(f"Bad stub option {name}: expected {expected}, got {value!r}",
+                          fix="see the fields of pytest_wedge.topology.StubOptions")  # fmt: skip
+    return value
 
 
 def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:

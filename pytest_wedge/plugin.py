@@ -5,6 +5,7 @@ Everything it drives works without pytest (see ``pytest_wedge.session``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,7 +71,8 @@ class WedgePlugin:
         return self.settings[name].value
 
     def check_binaries(self) -> None:
-        """Fail the run up front, with the fix, when a program the topology needs is missing."""
+        """Fail the run up front, with the fix, when a program the topology needs is missing
+        (or the artifacts directory cannot be made)."""
         try:
             binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
             find_executables(binary)
@@ -78,8 +80,21 @@ class WedgePlugin:
                 from pytest_wedge.runtime.docker import connect
 
                 connect().close()
+            self._check_artifacts_dir()
         except WedgeError as exc:
             raise pytest.UsageError(str(exc)) from exc
+
+    def _check_artifacts_dir(self) -> None:
+        setting = self.settings["wedge_artifacts"]
+        try:
+            Path(setting.value).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot create the artifacts directory {setting.value!r}",
+                facts={"from": setting.source, "error": exc},
+                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
+                "this user can create and write",
+            ) from exc
 
     def session(self, runtime: str | None = None) -> WedgeSession:
         runtime = runtime or self.value("wedge_runtime")
@@ -168,11 +183,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _plugin(config).check_binaries()
 
 
+@contextlib.contextmanager
+def plain_errors(config: pytest.Config) -> Iterator[None]:
+    """A topology that cannot come up fails the test with our error text alone: it names what
+    was checked, the log tail and the fix, where a traceback through pytest-wedge adds nothing
+    (``--full-trace`` still shows it)."""
+    try:
+        yield
+    except WedgeError as exc:
+        if config.getoption("fulltrace"):
+            raise
+        raise pytest.fail.Exception(f"{type(exc).__name__}: {exc}", pytrace=False) from None
+
+
 def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
     """A fresh handle onto the session's topology for ``spec``, closed with ``item``."""
     plugin = _plugin(item.config)
-    topology = plugin.session(runtime).topology(spec)
-    topology.reset()
+    with plain_errors(item.config):
+        topology = plugin.session(runtime).topology(spec)
+        topology.reset()
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
     artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
     handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
@@ -183,7 +212,8 @@ def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> W
 @pytest.fixture(scope="session")
 def wedge_session(request: pytest.FixtureRequest) -> WedgeSession:
     """The per-process session: Toxiproxy server and the shared topologies."""
-    return _plugin(request.config).session()
+    with plain_errors(request.config):
+        return _plugin(request.config).session()
 
 
 @pytest.fixture
@@ -235,6 +265,7 @@ def pytest_runtest_makereport(
     """On failure, including a pytest-timeout (signal method), before teardown runs: the
     wedge section in the terminal and JUnit XML, and the artifacts on disk."""
     report: pytest.TestReport = yield  # type: ignore[assignment]
+    _point_at_the_test(item, call, report)
     handles = item.stash.get(HANDLES_KEY, [])
     if not handles or report.when != "call":
         return report  # type: ignore[return-value]
@@ -258,3 +289,27 @@ def pytest_runtest_makereport(
         except Exception as exc:  # the report must never hide the test's own failure
             report.sections.append(("wedge", f"(the wedge report failed: {exc!r})"))
     return report  # type: ignore[return-value]
+
+
+def _point_at_the_test(item: pytest.Item, call: pytest.CallInfo[None],
+                       report: pytest.TestReport) -> None:  # fmt: skip
+    """A ConfigError raised in a test is a mistake in the test's use of pytest-wedge (an
+    unknown link, a bad fault argument): show the test's line and our explanation, not the
+    frames of pytest-wedge's internals (``--full-trace`` still shows them)."""
+    excinfo = call.excinfo
+    if (
+        report.when != "call"
+        or not report.failed
+        or excinfo is None
+        or not isinstance(excinfo.value, ConfigError)
+        or item.config.getoption("fulltrace")
+    ):
+        return
+    lines = []
+    frames = [entry for entry in excinfo.traceback if Path(entry.path) == item.path]
+    if frames:
+        entry = frames[-1]
+        lines += [f"{entry.path}:{entry.lineno + 1}: in {entry.name}",
+                  f"    {str(entry.statement).strip()}"]  # fmt: skip
+    lines.append(f"{type(excinfo.value).__name__}: {excinfo.value}")
+    report.longrepr = "\n".join(lines)

@@ -2,15 +2,19 @@
 
 They come from below 32768: in the kernel's ephemeral range (32768-60999) a client socket can
 take a port between choosing it and binding it. Each pytest-xdist worker draws from its own
-1000-port slice, so parallel workers never race for the same port; a bind check skips ports
-that another program holds.
+1000-port slice, and a bind check skips ports that another program holds. A port handed out
+is also *claimed* machine-wide until it is released, so two pytest processes drawing from the
+same slice (two runs on one machine, a pytester run inside an xdist worker, the process and
+docker sessions of one run) never hand out the same port between choosing it and binding it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
+import weakref
 
 from pytest_wedge.errors import PortInUseError
 
@@ -36,14 +40,41 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def _claim(port: int) -> socket.socket | None:
+    """Claim ``port`` for this process, or None when another process holds the claim.
+
+    The claim is a Unix socket bound to a name in Linux's abstract namespace: it leaves no file
+    behind, is not inherited by children, and the kernel drops it when the process dies, even
+    by SIGKILL. Where there is no abstract namespace the bind check alone has to do.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if not sys.platform.startswith("linux"):
+        return sock
+    try:
+        sock.bind(f"\0pytest-wedge-port-{port}")
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _drop(claims: dict[int, socket.socket], ports: list[int] | None = None) -> None:
+    for port in list(claims) if ports is None else ports:
+        sock = claims.pop(port, None)
+        if sock is not None:
+            sock.close()
+
+
 class PortAllocator:
-    """Hands out free ports from one slice, never the same one twice in a process."""
+    """Hands out free ports from one slice, never one that another allocator has claimed."""
 
     def __init__(self, ports: range | None = None) -> None:
         self._ports = ports or worker_slice()
         self._next = self._ports.start + (os.getpid() % 97) * 7 % len(self._ports)
-        self._taken: set[int] = set()
+        self._taken: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
+        # Claims end with the allocator even when nobody calls close().
+        self._finalizer = weakref.finalize(self, _drop, self._taken)
 
     def take(self, count: int) -> list[int]:
         with self._lock:
@@ -53,10 +84,14 @@ class PortAllocator:
                 self._next = port + 1
                 if port in self._taken or not port_is_free(port):
                     continue
+                claim = _claim(port)
+                if claim is None:
+                    continue
                 chosen.append(port)
-                self._taken.add(port)
+                self._taken[port] = claim
                 if len(chosen) == count:
                     return chosen
+            _drop(self._taken, chosen)
             raise PortInUseError(
                 f"Could not find {count} free ports below 32768",
                 facts={"range": f"{self._ports.start}-{self._ports.stop - 1}",
@@ -66,7 +101,12 @@ class PortAllocator:
 
     def release(self, ports: list[int]) -> None:
         with self._lock:
-            self._taken.difference_update(ports)
+            _drop(self._taken, ports)
+
+    def close(self) -> None:
+        """Release every port this allocator handed out."""
+        with self._lock:
+            _drop(self._taken)
 
 
 def check_free(ports: dict[str, int]) -> None:

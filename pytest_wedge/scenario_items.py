@@ -73,7 +73,12 @@ class ScenarioItem(pytest.Item):
         from pytest_wedge.plugin import open_handle
 
         handle = open_handle(self, self.scenario.spec, self.scenario.runtime)
-        run_scenario(handle, self.scenario)
+        result = run_scenario(handle, self.scenario)
+        if result.check is not None and result.check.time_to_clear_s is not None:
+            # A JUnit XML property: CI (and `make soak`) can track it across runs.
+            self.user_properties.append(
+                ("wedge_time_to_clear_s", f"{result.check.time_to_clear_s:.3f}")
+            )
 
     def teardown(self) -> None:
         from pytest_wedge.plugin import close_handles

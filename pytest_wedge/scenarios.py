@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import tomllib
 import types
 import typing
@@ -138,6 +139,9 @@ class _Reader:
         bad_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
         if not isinstance(value, kind) or bad_bool:
             raise self.fail(key, expected or f"a {_kind_name(kind)}", value)
+        if kind == NUMBER and not 0 <= typing.cast(float, value) < math.inf:
+            # Every number read here is seconds: nan or a negative one would turn a bound off.
+            raise self.fail(key, "a finite number of seconds >= 0", value)
         return value
 
     def sub(self, key: str, *, required: bool = False) -> _Reader:
@@ -155,6 +159,14 @@ class _Reader:
         if self.table:
             key = next(iter(self.table))
             raise self.fail(key, "no such key here", self.table[key])
+
+    def entries(self, key: str) -> list[_Reader]:
+        """A list of tables (``[[faults]]``), each read with its index in the key path."""
+        items = self.take(key, list, [])
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self.fail(f"{key}[{i}]", "a table", item)
+        return [_Reader(self.path, item, self._key(f"{key}[{i}]")) for i, item in enumerate(items)]
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -259,6 +271,8 @@ def load_scenario(path: Path) -> Scenario:
     summary = top.take("summary", str)
     incident = top.take("incident", int, None)
     timeout_s = float(top.take("timeout_s", NUMBER, 60.0))
+    if timeout_s == 0:  # pytest-timeout reads 0 as "no timeout": a hang would never end
+        raise top.fail("timeout_s", "a number of seconds > 0", 0)
     topo = top.sub("topology").only(*(f.name for f in fields(TopologySpec)), "runtime")
     marker_kwargs = {
         f.name: topo.table.pop(f.name) for f in fields(TopologySpec) if f.name in topo.table
@@ -284,8 +298,7 @@ def load_scenario(path: Path) -> Scenario:
     )
     load.done()
     scheduled = []
-    for i, table in enumerate(top.take("faults", list, [])):
-        reader = _Reader(path, table, f"faults[{i}]")
+    for reader in top.entries("faults"):
         at_s = float(reader.take("at_s", NUMBER, 0.0))
         for_s = reader.take("for_s", NUMBER, None)
         target_key = next((k for k in ("component", "link", "decode") if k in reader.table), "kind")
@@ -299,8 +312,7 @@ def load_scenario(path: Path) -> Scenario:
             )
         scheduled.append(ScheduledFault(fault, at_s, for_s))
     armed = []
-    for i, table in enumerate(top.take("watchdogs", list, [])):
-        reader = _Reader(path, table, f"watchdogs[{i}]")
+    for reader in top.entries("watchdogs"):
         expect_fire = reader.take("expect_fire", bool, True)
         armed.append(ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire))
     exp = top.sub("expect", required=True).only(*(f.name for f in fields(Expect)))

@@ -136,4 +136,5 @@ class WedgeSession:
         if self.toxiproxy is not None:
             self.toxiproxy.close()
             self.toxiproxy = None
+        self.ports.close()
 

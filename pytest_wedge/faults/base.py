@@ -61,7 +61,9 @@ class FaultSet:
         try:
             fault.apply(self.topology)
         except BaseException:
-            self.revert(fault)
+            # Undo what part of it took effect; the apply error is the one to report.
+            with contextlib.suppress(Exception):
+                self.revert(fault)
             raise
         return fault
 

@@ -46,7 +46,8 @@ class Fault:
 
 
 def _int(kind: str, key: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
         raise FaultError(f"{kind}: {key} must be an integer, got {value!r}")
     if not lo <= int(value) <= hi:
         raise FaultError(f"{kind}: {key} must be within {lo}..{hi}, got {value!r}")
@@ -59,7 +60,7 @@ def parse_fault(body: Any) -> Fault:
     name, kind = body.get("name"), body.get("kind")
     if not isinstance(name, str) or not name:
         raise FaultError("fault needs a non-empty string 'name'")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise FaultError(f"unknown fault kind {kind!r}; known: {', '.join(sorted(KINDS))}")
     params = KINDS[kind]
     unknown = set(body) - {"name", "kind", "origin"} - set(params)

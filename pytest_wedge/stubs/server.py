@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -112,7 +113,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
             default_tokens=cfg.max_tokens_default,
             limit=cfg.context_length,
         )
-    except (BadRequest, ValueError) as exc:
+    except (BadRequest, ValueError, ArithmeticError, RecursionError) as exc:
+        # Also a count too large for an int (1e400 parses as inf) or nesting deeper than the
+        # parser goes: whatever the body makes parsing raise is the client's mistake.
         return await send_error(request, 400, f"bad request: {exc}")
     crash = engine.faults.find("crash", info.origin)
     if crash is not None:
@@ -152,7 +155,7 @@ async def state(request: web.Request) -> web.Response:
 async def _body(request: web.Request) -> Any:
     try:
         return json.loads(await request.read() or b"{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise web.HTTPBadRequest(text=f"malformed JSON: {exc}") from exc
 
 
@@ -192,7 +195,7 @@ def _seconds(body: dict[str, Any], key: str, current: float | None) -> float | N
     value = body[key]
     if value is None or value == 0:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise web.HTTPBadRequest(text=f"{key} must be a non-negative number or null")
     return float(value)
 

@@ -1,0 +1,55 @@
+"""Probe overhead: harness throughput with the probe sampling (every 0.1 s, the default) versus
+off, measured side by side on one topology in one run.
+
+Runs alternate on/off, and which of a pair goes first alternates too, so drift on a noisy
+machine falls on both sides; the figure is the relative drop of the medians (target <= 5 %).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+from bench.common import report
+from pytest_wedge.config import SETTINGS
+from pytest_wedge.handle import Wedge
+from pytest_wedge.running import Topology
+from pytest_wedge.session import WedgeSession
+
+PAIRS = 15
+PROBE_INTERVAL_S = float(SETTINGS["wedge_probe_interval"].default)
+
+
+def harness_requests_per_s(topology: Topology, probe_interval_s: float) -> float:
+    """One harness run (30 agents x 10 rounds) through the router, in completed requests/s."""
+    topology.reset()
+    wedge = Wedge(topology, probe_interval_s=probe_interval_s)
+    try:
+        started = time.perf_counter()
+        harness = wedge.harness(agents=30, rounds=10, max_tokens=16)
+        if not harness.wait(120):
+            raise RuntimeError("the harness did not finish within 120 s")
+        elapsed = time.perf_counter() - started
+        ok = wedge.ledger.by_origin("harness").states()["ok"]
+    finally:
+        wedge.close()
+    if ok != harness.max_requests:
+        raise RuntimeError(f"only {ok} of {harness.max_requests} harness requests ended ok")
+    return ok / elapsed
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
+        topology = session.topology()
+        harness_requests_per_s(topology, 0.0)  # warm-up: connections, caches
+        off: list[float] = []
+        on: list[float] = []
+        for pair in range(PAIRS):
+            order = [(off, 0.0), (on, PROBE_INTERVAL_S)]
+            for runs, interval in order if pair % 2 == 0 else reversed(order):
+                runs.append(harness_requests_per_s(topology, interval))
+    off_median, on_median = statistics.median(off), statistics.median(on)
+    report("harness_requests_per_s_probe_off", off_median, off)
+    report("harness_requests_per_s_probe_on", on_median, on)
+    report("probe_overhead_pct", 100.0 * (off_median - on_median) / off_median)
