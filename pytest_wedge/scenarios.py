@@ -235,7 +235,10 @@ def _load_options(reader: _Reader, cls: type, key: str) -> dict[str, Any]:
     hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
     allowed = {n for n in inspect.signature(cls).parameters if n not in ("base_url", "ledger")}
     for name, value in table.table.items():
-        if name == "target":
+        if name == "target" and cls is StrayRequester:
+            # A stray may bypass the router: "decode-0", "router", or a URL.
+            if not isinstance(value, str):
+                raise table.fail(name, "a component name, 'router' or a URL", value)
             continue
         if name not in allowed:
             raise table.fail(name, f"one of {', '.join(sorted(allowed))}", value)
@@ -330,6 +333,10 @@ def load_scenario(path: Path) -> Scenario:
     )
     exp.done()
     top.done()
+    if armed and expect.cleared_within_s is None:
+        # A watchdog is checked against a budget; without one it would be silently ignored.
+        raise exp.fail("cleared_within_s", "a budget in seconds, since [[watchdogs]] are armed",
+                       "nothing")  # fmt: skip
     return Scenario(
         name,
         summary,

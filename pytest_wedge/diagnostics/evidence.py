@@ -186,13 +186,16 @@ def router_workers(topology: Topology) -> dict[str, str]:
             if name.startswith("router->")}  # fmt: skip
 
 
-def link_states(topology: Topology, timeout_s: float) -> dict[str, dict[str, Any]]:
+def link_states(topology: Topology, timeout_s: float, *, byte_counters: bool = True
+                ) -> dict[str, dict[str, Any]]:  # fmt: skip
     by_proxy = {link.proxy: name for name, link in topology.links.items()}
     http = http_client()
     base = topology.toxiproxy.base_url
     proxies = http.get(base + "/proxies", timeout=timeout_s).json()
-    metrics = http.get(base + "/metrics", timeout=timeout_s).text
-    counters = parse_link_bytes(metrics, by_proxy)
+    counters: dict[str, dict[str, float]] = {}
+    if byte_counters:
+        metrics = http.get(base + "/metrics", timeout=timeout_s).text
+        counters = parse_link_bytes(metrics, by_proxy)
     links: dict[str, dict[str, Any]] = {}
     for proxy, info in proxies.items():
         name = by_proxy.get(proxy)
@@ -241,19 +244,27 @@ def gather(
     return results, failed
 
 
-def sample_jobs(topology: Topology, timeout_s: float, *, ledgers: bool, ledger_timeout_s: float
+def sample_jobs(topology: Topology, timeout_s: float, *, ledgers: bool, ledger_timeout_s: float,
+                full: bool = True,
                 ) -> tuple[dict[str, Callable[[], Any]], dict[str, float]]:  # fmt: skip
-    """The fetches of one sample; shared by :func:`collect` and the probe."""
+    """The fetches of one sample; shared by :func:`collect` and the probe.
+
+    The probe leaves out the stubs' Prometheus text and Toxiproxy's byte counters: its samples
+    serve the timeline and per-origin token rates, which /control/state and the proxies' state
+    carry at a fraction of the cost. A diagnosis collects everything.
+    """
     jobs: dict[str, Callable[[], Any]] = {}
     timeouts: dict[str, float] = {}
     for name, stub in topology.stubs.items():
         jobs[f"{name} state"] = partial(_get, stub.base_url + "/control/state", timeout_s)
-        jobs[f"{name} metrics"] = partial(_get, stub.base_url + "/metrics", timeout_s)
+        if full:
+            jobs[f"{name} metrics"] = partial(_get, stub.base_url + "/metrics", timeout_s)
         if ledgers:
             jobs[f"{name} ledger"] = partial(_get, stub.base_url + "/ledger", ledger_timeout_s)
             timeouts[f"{name} ledger"] = ledger_timeout_s
     jobs["router metrics"] = partial(_get, topology.router_metrics_url, timeout_s)
-    jobs["toxiproxy"] = lambda: link_states(topology, max(timeout_s, 1.0))
+    jobs["toxiproxy"] = partial(link_states, topology, max(timeout_s, 1.0),
+                                byte_counters=full)  # fmt: skip
     jobs["components"] = lambda: component_states(topology)
     for key in jobs:
         timeouts.setdefault(key, timeout_s)

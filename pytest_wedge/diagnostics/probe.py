@@ -39,16 +39,20 @@ class Probe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # A few fixed workers: one thread per fetch of one sample, reused between samples.
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-probe")
+        # Two workers, not one per fetch: the probe shares the interpreter with the harness it
+        # watches, and every extra thread competing for the GIL slowed the harness (13 % with
+        # eight). Two still let a hung endpoint (a paused router) time out beside the others.
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wedge-probe")
         self.errors = 0
 
     def sample(self) -> Snapshot:
         """Take one sample now (also what the thread does each tick)."""
         started = time.time()
         snapshot = empty_snapshot(self.topology)
-        jobs, timeouts = sample_jobs(self.topology, self.timeout_s, ledgers=False,
-                                     ledger_timeout_s=self.timeout_s)  # fmt: skip
+        jobs, timeouts = sample_jobs(
+            self.topology, self.timeout_s, ledgers=False,
+            ledger_timeout_s=self.timeout_s, full=False,
+        )  # fmt: skip
         results, failed = gather(jobs, timeouts, self._pool)
         fill(snapshot, self.topology, results)
         snapshot.unanswered = failed

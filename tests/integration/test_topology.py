@@ -47,7 +47,9 @@ def test_latency_toxic_on_router_to_decode_raises_ttft(wedge):
     baseline = min(_ttft(wedge.url) for _ in range(3))
     with wedge.fault(Latency(link="router->decode-0", latency_ms=300)):
         slowed = min(_ttft(wedge.url) for _ in range(3))
-    assert slowed - baseline >= 0.3, (baseline, slowed)
+    # The toxic adds 300 ms to the head; the best baseline is a little faster than the rest of
+    # the slowed request, so allow 50 ms of measurement noise on the difference.
+    assert slowed >= 0.3 and slowed - baseline >= 0.25, (baseline, slowed)
 
 
 def test_toxic_from_previous_test_is_gone(wedge):

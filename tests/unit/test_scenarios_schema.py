@@ -64,6 +64,8 @@ def test_a_file_maps_onto_the_python_api(tmp_path):
         (('located_at = "router"', 'location = "router"'), "expect.location", "one of located_at, red_herring"),
         (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of prefill, decode, router_args, stub, runtime"),
         (("cleared_within_s = 3", "cleared_within_s = true"), "expect.cleared_within_s", "number"),
+        (("cleared_within_s = 3", ""), "expect.cleared_within_s", "since [[watchdogs]] are armed"),
+        (("agents = 3", 'agents = 3\ntarget = "decode-0"'), "load.harness.target", "one of "),
     ],
 )
 def test_mistakes_name_the_file_the_key_and_what_was_expected(tmp_path, edit, key, expected):
