@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import tomllib
-import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -24,6 +22,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
 from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.marker import parse_marker
+from pytest_wedge.scenario_schema import NUMBER, TableReader, matches_hint
 from pytest_wedge.topology import TopologySpec
 from pytest_wedge.watchdogs import Watchdog
 
@@ -107,88 +106,7 @@ class Scenario:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-class _Reader:
-    """Reads one table of a file, recording the key path for error messages."""
-
-    def __init__(self, path: Path, table: Mapping[str, Any], where: str) -> None:
-        self.path, self.table, self.where = path, dict(table), where
-
-    def _key(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def fail(self, key: str, expected: str, found: object) -> ConfigError:
-        return ConfigError(
-            f"Bad scenario file {self.path.name}: key {self._key(key)}",
-            facts={
-                "file": self.path,
-                "key": self._key(key),
-                "expected": expected,
-                "found": repr(found),
-            },
-            fix=f"edit {self.path}; the format is in docs/writing-a-hang-test.md",
-        )
-
-    def take(
-        self, key: str, kind: type | tuple[type, ...], default: Any = ..., expected: str = ""
-    ) -> Any:
-        if key not in self.table:
-            if default is ...:
-                raise self.fail(key, expected or f"a {_kind_name(kind)} (required)", "nothing")
-            return default
-        value = self.table.pop(key)
-        bad_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
-        if not isinstance(value, kind) or bad_bool:
-            raise self.fail(key, expected or f"a {_kind_name(kind)}", value)
-        if kind == NUMBER and not 0 <= typing.cast(float, value) < math.inf:
-            # Every number read here is seconds: nan or a negative one would turn a bound off.
-            raise self.fail(key, "a finite number of seconds >= 0", value)
-        return value
-
-    def sub(self, key: str, *, required: bool = False) -> _Reader:
-        table = self.take(key, dict, ... if required else {}, "a table")
-        return _Reader(self.path, table, self._key(key))
-
-    def only(self, *keys: str) -> _Reader:
-        """Fail on an unknown key first: a typo is the mistake to report, not the key it hid."""
-        for key, value in self.table.items():
-            if key not in keys:
-                raise self.fail(key, f"one of {', '.join(keys)}", value)
-        return self
-
-    def done(self) -> None:
-        if self.table:
-            key = next(iter(self.table))
-            raise self.fail(key, "no such key here", self.table[key])
-
-    def entries(self, key: str) -> list[_Reader]:
-        """A list of tables (``[[faults]]``), each read with its index in the key path."""
-        items = self.take(key, list, [])
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise self.fail(f"{key}[{i}]", "a table", item)
-        return [_Reader(self.path, item, self._key(f"{key}[{i}]")) for i, item in enumerate(items)]
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {
-        int: "integer",
-        float: "number",
-        str: "string",
-        bool: "boolean",
-        list: "list",
-        dict: "table",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
-
-
-NUMBER = (int, float)
-
-
-def _build(reader: _Reader, registry: Mapping[str, Callable[..., Any]], what: str) -> Any:
+def _build(reader: TableReader, registry: Mapping[str, Callable[..., Any]], what: str) -> Any:
     kind = reader.take("kind", str, expected=f"a {what} kind: {', '.join(sorted(registry))}")
     factory = registry.get(kind)
     if factory is None:
@@ -211,25 +129,7 @@ def _signature(factory: Callable[..., Any]) -> str:
         return "(...)"
 
 
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a TOML value fits a constructor's type hint (the hints load classes use)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is not None:
-        return isinstance(value, dict if origin in (dict, Mapping) else origin)
-    return isinstance(value, hint)
-
-
-def _load_options(reader: _Reader, cls: type, key: str) -> dict[str, Any]:
+def _load_options(reader: TableReader, cls: type, key: str) -> dict[str, Any]:
     """Options of a load class, checked against its constructor's keyword parameters."""
     table = reader.sub(key)
     hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
@@ -242,7 +142,7 @@ def _load_options(reader: _Reader, cls: type, key: str) -> dict[str, Any]:
             continue
         if name not in allowed:
             raise table.fail(name, f"one of {', '.join(sorted(allowed))}", value)
-        if name in hints and not _matches(value, hints[name]):
+        if name in hints and not matches_hint(value, hints[name]):
             hint = getattr(hints[name], "__name__", str(hints[name]).replace("typing.", ""))
             raise table.fail(name, f"{hint} ({cls.__name__} {name})", value)
     options = dict(table.table)
@@ -259,7 +159,7 @@ def load_scenario(path: Path) -> Scenario:
             facts={"file": path, "error": str(exc)},
             fix=f"fix the TOML syntax in {path}",
         ) from exc
-    top = _Reader(path, data, "").only(
+    top = TableReader(path, data, "").only(
         "name",
         "summary",
         "incident",
@@ -292,11 +192,11 @@ def load_scenario(path: Path) -> Scenario:
     warmup = load.take("warmup_requests", int, 1)
     harness = _load_options(load, Harness, "harness")
     strays = tuple(
-        _load_options(_Reader(path, {"x": t}, f"load.stray[{i}]"), StrayRequester, "x")
+        _load_options(TableReader(path, {"x": t}, f"load.stray[{i}]"), StrayRequester, "x")
         for i, t in enumerate(load.take("stray", list, []))
     )
     aborters = tuple(
-        _load_options(_Reader(path, {"x": t}, f"load.aborter[{i}]"), Aborter, "x")
+        _load_options(TableReader(path, {"x": t}, f"load.aborter[{i}]"), Aborter, "x")
         for i, t in enumerate(load.take("aborter", list, []))
     )
     load.done()
