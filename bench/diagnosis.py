@@ -6,8 +6,8 @@ import statistics
 import tempfile
 
 from bench.common import report
-from pytest_wedge.diagnostics.bench import measure_diagnosis_latency
-from pytest_wedge.session import WedgeSession
+from bench.diagnosis_driver import measure_diagnosis_latency
+from pytest_wedge.topology.session import WedgeSession
 
 
 def main() -> None:

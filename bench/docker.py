@@ -9,7 +9,7 @@ from bench.common import median_of, report
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.runtime import images
 from pytest_wedge.runtime.docker import connect
-from pytest_wedge.session import WedgeSession
+from pytest_wedge.topology.session import WedgeSession
 
 
 def cold_start_s(runtime: str) -> float:

@@ -12,10 +12,10 @@ import tempfile
 import time
 
 from bench.common import report
-from pytest_wedge.config import SETTINGS
+from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.handle import Wedge
-from pytest_wedge.running import Topology
-from pytest_wedge.session import WedgeSession
+from pytest_wedge.topology.running import Topology
+from pytest_wedge.topology.session import WedgeSession
 
 PAIRS = 15
 PROBE_INTERVAL_S = float(SETTINGS["wedge_probe_interval"].default)

@@ -6,9 +6,9 @@ import tempfile
 import time
 
 from bench.common import median_of, report, tree_rss_mb
-from pytest_wedge.session import WedgeSession
-from pytest_wedge.stubs.bench import measure_decode_tokens_per_s
-from pytest_wedge.topology import StubOptions, TopologySpec
+from bench.stub_driver import measure_decode_tokens_per_s
+from pytest_wedge.topology.session import WedgeSession
+from pytest_wedge.topology.spec import StubOptions, TopologySpec
 
 
 def cold_start_s() -> float:

@@ -6,7 +6,7 @@ thin layer of options, markers and fixtures over the same objects.
 """
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.topology import TopologySpec
+from pytest_wedge.topology.spec import TopologySpec
 
 __all__ = ["TopologySpec", "WedgeError"]
 __version__ = "0.1.0"

@@ -11,15 +11,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_wedge.clearing import ClearCheck, expect_cleared
-from pytest_wedge.diagnostics.probe import Probe
+from pytest_wedge.evidence.probe import Probe
+from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults.base import Fault, FaultSet
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
-from pytest_wedge.metrics import metric_value
-from pytest_wedge.running import Topology
-from pytest_wedge.stubclient import StubClient, StubUnavailable
-from pytest_wedge.watchdogs import Watchdog
+from pytest_wedge.stubs.client import StubClient, StubUnavailable
+from pytest_wedge.topology.running import Topology
+from pytest_wedge.watchdogs.clearing import ClearCheck, expect_cleared
+from pytest_wedge.watchdogs.kinds import Watchdog
 
 if TYPE_CHECKING:
     from pytest_wedge.diagnostics import Diagnosis
@@ -42,7 +42,7 @@ class Wedge:
         self.clear_checks: list[ClearCheck] = []
         self.probe: Probe | None = None
         if probe_interval_s > 0:
-            self.probe = Probe(self, interval_s=probe_interval_s).start()
+            self.probe = Probe(topology, interval_s=probe_interval_s).start()
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -144,7 +144,7 @@ class Wedge:
     ) -> contextlib.AbstractContextManager[ClearCheck]:
         """``with wedge.expect_cleared(within_s=3, watchdogs=[...]): <start the wedge>``.
 
-        See :func:`pytest_wedge.clearing.expect_cleared`.
+        See :func:`pytest_wedge.watchdogs.clearing.expect_cleared`.
         """
         return expect_cleared(self, within_s=within_s, origin=origin, watchdogs=watchdogs,
                               require_recovery=require_recovery,

@@ -1,145 +1,63 @@
 """pytest glue only: options and ini, the marker, fixtures, report sections and hooks.
 
-Everything it drives works without pytest (see ``pytest_wedge.session``).
+Loaded in every pytest run of an environment that has pytest-wedge installed, so it imports
+nothing heavy at load time: the topology, the handle and their HTTP clients are imported by
+the hooks and fixtures that need them, as pytest-xdist does. Everything they drive works
+without pytest (see ``pytest_wedge.topology.session``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_wedge import hookspecs, scenario_items
-from pytest_wedge.config import SETTINGS, resolve
-from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.handle import Wedge
-from pytest_wedge.marker import parse_marker
-from pytest_wedge.reporting import build_report, keep_artifacts
-from pytest_wedge.running import find_executables
-from pytest_wedge.session import WedgeSession
-from pytest_wedge.topology import TopologySpec
-from pytest_wedge.toxiproxy import find_toxiproxy
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.glue import hookspecs
+from pytest_wedge.glue import items as scenario_items
+from pytest_wedge.glue.config import SETTINGS
+from pytest_wedge.glue.state import (
+    HANDLES_KEY,
+    PLUGIN_KEY,
+    WedgePlugin,
+    close_handles,
+    marker_args,
+    open_handle,
+    plain_errors,
+    plugin_of,
+)
+
+if TYPE_CHECKING:
+    from pytest_wedge.handle import Wedge
+    from pytest_wedge.topology.session import WedgeSession
 
 WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
-HANDLES_KEY = pytest.StashKey[list[Wedge]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-SCENARIOS_HELP = (
-    "Run the scenario catalog: all scenarios, the comma-separated NAMES, or 'list' to print "
-    "the catalog. Without test paths on the command line, only the catalog runs."
-)
-SCENARIO_DIRS_HELP = "Directories of your own scenario files (*.toml), added to the catalog."
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wedge", "pytest-wedge: distributed-hang fault injection")
-    group.addoption("--wedge-scenarios", dest="wedge_scenarios", nargs="?", const="all",
-                    default=None, metavar="NAMES", help=SCENARIOS_HELP)
-    parser.addini("wedge_scenarios", SCENARIOS_HELP, default=None)
-    parser.addini("wedge_scenario_dirs", SCENARIO_DIRS_HELP, type="paths", default=[])
     for setting in SETTINGS.values():
-        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": setting.help}
-        if isinstance(setting.default, bool):
-            kwargs.update(action="store_const", const=True)
-        group.addoption(setting.option, **kwargs)
-        parser.addini(setting.name, setting.help, default=None)
-
-
-class WedgePlugin:
-    """Per-process state: resolved settings and the sessions (one per runtime)."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.sessions: dict[str, WedgeSession] = {}
-        try:
-            self.settings = {
-                name: resolve(name, cli=config.getoption(name), ini=config.getini)
-                for name in SETTINGS
-            }
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from exc
-
-    def value(self, name: str) -> Any:
-        return self.settings[name].value
-
-    def check_binaries(self) -> None:
-        """Fail the run up front, with the fix, when a program the topology needs is missing
-        (or the artifacts directory cannot be made)."""
-        try:
-            binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
-            find_executables(binary)
-            if self.value("wedge_runtime") == "docker":
-                from pytest_wedge.runtime.docker import connect
-
-                connect().close()
-            self._check_artifacts_dir()
-        except WedgeError as exc:
-            raise pytest.UsageError(str(exc)) from exc
-
-    def _check_artifacts_dir(self) -> None:
-        setting = self.settings["wedge_artifacts"]
-        try:
-            Path(setting.value).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                f"Cannot create the artifacts directory {setting.value!r}",
-                facts={"from": setting.source, "error": exc},
-                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
-                "this user can create and write",
-            ) from exc
-
-    def session(self, runtime: str | None = None) -> WedgeSession:
-        runtime = runtime or self.value("wedge_runtime")
-        assert runtime is not None
-        existing = self.sessions.get(runtime)
-        if existing is not None:
-            return existing
-        hook = self.config.hook
-
-        def factory(name: str, artifacts_dir: str, session_id: str) -> Any:
-            custom = hook.pytest_wedge_make_runtime(
-                name=name, artifacts_dir=artifacts_dir, session_id=session_id
-            )
-            if custom is not None:
-                return custom
-            from pytest_wedge.runtime import make_runtime
-
-            return make_runtime(name, artifacts_dir, session_id)
-
-        session = WedgeSession(
-            runtime=runtime,
-            artifacts_dir=self.value("wedge_artifacts"),
-            toxiproxy_binary=self.value("wedge_toxiproxy"),
-            runtime_factory=factory,
-            ready_timeout_s=self.value("wedge_ready_timeout"),
-        )
-        self.sessions[runtime] = session
-        return session.start()
-
-    def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
-        self.sessions.clear()
-
-
-PLUGIN_KEY = pytest.StashKey[WedgePlugin]()
+        if setting.has_option:
+            kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": setting.help}
+            kwargs.update(setting.option_kwargs())
+            group.addoption(setting.option, **kwargs)
+        parser.addini(setting.name, setting.help, type=setting.ini_type, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "wedge(prefill=1, decode=1, router_args=(), stub=None, runtime=None): the topology "
-        "the `wedge` fixture brings up for this test (see pytest_wedge.marker.wedge).",
+        "the `wedge` fixture brings up for this test (see pytest_wedge.glue.marker.wedge).",
     )
-    config.stash[PLUGIN_KEY] = WedgePlugin(config)
+    plugin = WedgePlugin(config)
+    config.stash[PLUGIN_KEY] = plugin
     scenario_items.configure(config)
 
 
@@ -161,59 +79,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         plugin.close()
 
 
-def _plugin(config: pytest.Config) -> WedgePlugin:
-    return config.stash[PLUGIN_KEY]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Validate every wedge marker at collection, and check the binaries once if needed."""
-    needs_topology = False
+    """Check the binaries once, up front, when any collected test needs a topology.
+
+    A bad ``wedge`` marker is not checked here: it fails its own test at setup (see the
+    ``wedge`` fixture), so one typo does not stop the whole run.
+    """
     for item in items:
-        marker = item.get_closest_marker("wedge")
-        if marker is not None:
-            try:
-                parse_marker(marker.args, marker.kwargs)
-            except ConfigError as exc:
-                raise pytest.UsageError(f"{item.nodeid}: {exc}") from exc
         if WEDGE_FIXTURES & set(getattr(item, "fixturenames", ())) or isinstance(
             item, scenario_items.ScenarioItem
         ):
-            needs_topology = True
-    if needs_topology:
-        _plugin(config).check_binaries()
-
-
-@contextlib.contextmanager
-def plain_errors(config: pytest.Config) -> Iterator[None]:
-    """A topology that cannot come up fails the test with our error text alone: it names what
-    was checked, the log tail and the fix, where a traceback through pytest-wedge adds nothing
-    (``--full-trace`` still shows it)."""
-    try:
-        yield
-    except WedgeError as exc:
-        if config.getoption("fulltrace"):
-            raise
-        raise pytest.fail.Exception(f"{type(exc).__name__}: {exc}", pytrace=False) from None
-
-
-def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
-    """A fresh handle onto the session's topology for ``spec``, closed with ``item``."""
-    plugin = _plugin(item.config)
-    with plain_errors(item.config):
-        topology = plugin.session(runtime).topology(spec)
-        topology.reset()
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
-    artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
-    handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
-    item.stash.setdefault(HANDLES_KEY, []).append(handle)
-    return handle
+            plugin_of(config).check_binaries()
+            return
 
 
 @pytest.fixture(scope="session")
 def wedge_session(request: pytest.FixtureRequest) -> WedgeSession:
     """The per-process session: Toxiproxy server and the shared topologies."""
     with plain_errors(request.config):
-        return _plugin(request.config).session()
+        return plugin_of(request.config).session()
 
 
 @pytest.fixture
@@ -225,10 +109,7 @@ def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedg
     item = request.node
 
     def make(**kwargs: Any) -> Wedge:
-        try:
-            parsed = parse_marker((), kwargs)
-        except ConfigError as exc:
-            raise pytest.UsageError(f"{item.nodeid}: {exc}") from exc
+        parsed = marker_args(item, (), kwargs, what="wedge_factory(...)")
         return open_handle(item, parsed.spec, parsed.runtime)
 
     yield make
@@ -242,20 +123,10 @@ def wedge(request: pytest.FixtureRequest, wedge_factory: Callable[..., Wedge]) -
     Faults and loads it started end with the test; the topology is reset before each test.
     """
     marker = request.node.get_closest_marker("wedge")
-    kwargs = dict(marker.kwargs) if marker is not None else {}
-    return wedge_factory(**kwargs)
-
-
-def close_handles(item: pytest.Item) -> None:
-    errors: list[str] = []
-    for handle in item.stash.get(HANDLES_KEY, []):
-        errors += handle.close()
-    if errors:
-        raise WedgeError(
-            "Some faults could not be reverted",
-            facts={"errors": "; ".join(errors)},
-            fix="the next test resets the topology; check the component logs",
-        )
+    if marker is None:
+        return wedge_factory()
+    parsed = marker_args(request.node, marker.args, marker.kwargs, what="@pytest.mark.wedge")
+    return open_handle(request.node, parsed.spec, parsed.runtime)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -269,7 +140,9 @@ def pytest_runtest_makereport(
     handles = item.stash.get(HANDLES_KEY, [])
     if not handles or report.when != "call":
         return report  # type: ignore[return-value]
-    keep = _plugin(item.config).value("wedge_keep")
+    from pytest_wedge.glue.report import build_report, keep_artifacts
+
+    keep = plugin_of(item.config).value("wedge_keep")
     hook = item.config.hook
 
     def extra(wedge: Wedge, origin: str) -> list[str]:

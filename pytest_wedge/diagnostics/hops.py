@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_wedge.diagnostics.evidence import Snapshot
+from pytest_wedge.evidence.snapshot import Snapshot
 
 Entry = dict[str, Any]
 CONNECT_ERRORS = ("ConnectError", "onnection refused", "All connection attempts failed",

@@ -16,8 +16,8 @@ from collections import Counter
 from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
-from pytest_wedge.diagnostics.evidence import Snapshot
 from pytest_wedge.diagnostics.hops import Context, Hold, classify, hop_order
+from pytest_wedge.evidence.snapshot import Snapshot
 
 FAILED_STATES = frozenset({"error", "timeout", "unknown"})
 MAX_DETAILS = 500

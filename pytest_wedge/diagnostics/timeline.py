@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
-from pytest_wedge.diagnostics.evidence import Snapshot
 from pytest_wedge.diagnostics.hops import hop_order
+from pytest_wedge.evidence.snapshot import Snapshot
 
 MAX_BARS = 2000
 LANE_H, LABEL_W, WIDTH = 26, 190, 1180

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 
 class Fault(ABC):

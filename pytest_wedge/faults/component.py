@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
-from pytest_wedge.topology import validate_component_name
+from pytest_wedge.topology.spec import validate_component_name
 
 if TYPE_CHECKING:
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
-from pytest_wedge.topology import validate_link_name
+from pytest_wedge.topology.spec import validate_link_name
 
 if TYPE_CHECKING:
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 Stream = Literal["upstream", "downstream"]
 

@@ -11,7 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 import httpx
 
 from pytest_wedge.errors import ComponentStartError
-from pytest_wedge.topology import ComponentSpec
+from pytest_wedge.topology.spec import ComponentSpec
 
 ComponentState = Literal["running", "paused", "exited", "absent"]
 SESSION_ENV = "PYTEST_WEDGE_SESSION"

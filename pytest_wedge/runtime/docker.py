@@ -27,7 +27,7 @@ import psutil
 from pytest_wedge.errors import ComponentStartError, ConfigError
 from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
 from pytest_wedge.runtime.process import owner_alive, owner_tag
-from pytest_wedge.topology import ComponentSpec
+from pytest_wedge.topology.spec import ComponentSpec
 
 LABEL_SESSION = "pytest-wedge.session"
 LABEL_OWNER = "pytest-wedge.owner"

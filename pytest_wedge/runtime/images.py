@@ -272,7 +272,7 @@ _cache: dict[tuple[str, tuple[str, ...]], ImageInfo] = {}
 
 def default_extras() -> list[str]:
     """Programs outside the venv every image carries: the project's Toxiproxy, if it has one."""
-    from pytest_wedge.toxiproxy import find_toxiproxy
+    from pytest_wedge.topology.toxiproxy import find_toxiproxy
 
     with contextlib.suppress(Exception):
         return [find_toxiproxy(None, Path(__file__).resolve().parents[2])]

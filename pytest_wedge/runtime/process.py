@@ -20,7 +20,7 @@ import psutil
 
 from pytest_wedge.errors import MissingBinaryError
 from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
-from pytest_wedge.topology import ComponentSpec
+from pytest_wedge.topology.spec import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
 

@@ -19,7 +19,7 @@ from . import decode, prefill
 from .config import StubConfig
 from .engine import ENGINE, Engine
 from .faults import FaultError, parse_fault
-from .metrics import make_registry, render
+from .exposition import make_registry, render
 from .textgen import PATHS, BadRequest, parse_request
 from .wire import send_error
 

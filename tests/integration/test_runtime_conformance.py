@@ -21,9 +21,9 @@ import httpx
 import psutil
 import pytest
 
-from pytest_wedge.ports import PortAllocator
 from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
-from pytest_wedge.toxiproxy import find_toxiproxy, server_component
+from pytest_wedge.topology.ports import PortAllocator
+from pytest_wedge.topology.toxiproxy import find_toxiproxy, server_component
 
 ROOT = Path(__file__).resolve().parents[2]
 

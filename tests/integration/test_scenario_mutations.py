@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 
 from pytest_wedge.faults import Pause, PinOnAbort, Timeout
-from pytest_wedge.scenario_run import run_scenario
-from pytest_wedge.scenarios import ScheduledFault, catalog
+from pytest_wedge.scenarios.catalog import ScheduledFault, catalog
+from pytest_wedge.scenarios.run import run_scenario
 
 pytestmark = pytest.mark.timeout(90)
 CATALOG = {s.name: s for s in catalog()}

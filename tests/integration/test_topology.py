@@ -7,9 +7,9 @@ import time
 import httpx
 import pytest
 
+from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults import Latency, SlowTokens
 from pytest_wedge.load import Harness
-from pytest_wedge.metrics import metric_value
 
 pytestmark = pytest.mark.timeout(60)
 CHAT = {"model": "stub-model", "messages": [{"role": "user", "content": "ping"}]}

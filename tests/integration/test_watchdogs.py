@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.clearing import NotClearedError
 from pytest_wedge.faults import DecodeOnlyRestart, PinOnAbort, StallAfterTokens
 from pytest_wedge.load import Aborter
 from pytest_wedge.watchdogs import (
     CoRestartWatchdog,
     InflightPinWatchdog,
+    NotClearedError,
     RequestTimeout,
     StreamBodyStallTimeout,
 )

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_wedge.scenarios import Expect, load_scenario
-from pytest_wedge.topology import TopologySpec
+from pytest_wedge.scenarios.catalog import Expect, load_scenario
+from pytest_wedge.topology.spec import TopologySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-hang-test.md"

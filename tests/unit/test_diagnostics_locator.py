@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate
-from pytest_wedge.diagnostics.evidence import parse_link_bytes, parse_router_metrics
+from pytest_wedge.evidence.snapshot import parse_link_bytes, parse_router_metrics
 
 NOW = 1_000_000.0
 LINKS = ["client->router", "router->prefill-0", "router->decode-0", "decode-0->prefill-0"]

@@ -11,8 +11,8 @@ from test_diagnostics_locator import NOW, entry, ids, record, snapshot
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate, render_timeline, write_artifacts
 from pytest_wedge.diagnostics.hops import hop_order
-from pytest_wedge.diagnostics.stacks import render_stacks
 from pytest_wedge.diagnostics.timeline import MAX_BARS
+from pytest_wedge.evidence.stacks import render_stacks
 
 FAULT = {"description": "Timeout on decode-0->prefill-0", "target": "decode-0->prefill-0",
          "started": NOW - 2.5, "ended": None}  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.config import resolve
 from pytest_wedge.errors import ConfigError, WedgeError
 from pytest_wedge.faults import (
     Bandwidth,
@@ -18,9 +17,10 @@ from pytest_wedge.faults import (
     StallAfterTokens,
     Timeout,
 )
-from pytest_wedge.marker import parse_marker
-from pytest_wedge.ports import PortAllocator, worker_slice
-from pytest_wedge.topology import Executables, PortPlan, TopologySpec, render_components
+from pytest_wedge.glue.config import resolve
+from pytest_wedge.glue.marker import parse_marker
+from pytest_wedge.topology.ports import PortAllocator, worker_slice
+from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
 
 EXE = Executables(python="/venv/bin/python", smg="/venv/bin/smg", toxiproxy="/bin/tp")
 

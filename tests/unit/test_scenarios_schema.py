@@ -6,7 +6,7 @@ import pytest
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults import Pause
-from pytest_wedge.scenarios import CATALOG_DIR, catalog, load_scenario
+from pytest_wedge.scenarios.catalog import CATALOG_DIR, catalog, load_scenario
 
 GOOD = """
 name = "x"

@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine import Engine
+from pytest_wedge.stubs.exposition import COUNTERS, GAUGES, make_registry, render
 from pytest_wedge.stubs.ledger import Entry, Ledger
-from pytest_wedge.stubs.metrics import COUNTERS, GAUGES, make_registry, render
 from pytest_wedge.stubs.sched import SlotPool, ThroughputWindow
 from pytest_wedge.stubs.textgen import parse_request
 

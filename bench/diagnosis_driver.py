@@ -16,7 +16,7 @@ from pytest_wedge.handle import Wedge
 from pytest_wedge.waiting import wait_for
 
 if TYPE_CHECKING:
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 
 def _topology(target: Any) -> Topology:

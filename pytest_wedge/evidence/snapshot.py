@@ -22,8 +22,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
-    from pytest_wedge.handle import Wedge
-    from pytest_wedge.running import Topology
+    from pytest_wedge.load.ledger import ClientLedger
+    from pytest_wedge.topology.running import Topology
 
 SNAPSHOT_FORMAT = "pytest-wedge/snapshot"
 STUB_GAUGES = (
@@ -293,7 +293,8 @@ def empty_snapshot(topology: Topology) -> Snapshot:
 
 
 def collect(
-    wedge: Wedge,
+    topology: Topology,
+    ledger: ClientLedger,
     *,
     timeout_s: float = 0.2,
     ledger_timeout_s: float = 0.5,
@@ -301,7 +302,6 @@ def collect(
 ) -> Snapshot:
     """Fetch everything in parallel. ``before`` (e.g. the probe's latest sample) gives the
     earlier stub states for per-origin rates; without it the stubs are read twice."""
-    topology = wedge.topology
     started = time.time()
     snapshot = empty_snapshot(topology)
     jobs, timeouts = sample_jobs(topology, timeout_s, ledgers=True,
@@ -319,7 +319,7 @@ def collect(
             if f"{name} state" in later:
                 snapshot.stub_states[name] = later[f"{name} state"]
     snapshot.taken_at = time.time()
-    snapshot.client = [record.to_dict() for record in wedge.ledger.records]
+    snapshot.client = [record.to_dict() for record in ledger.records]
     snapshot.unanswered = failed
     for name in topology.components:
         path = topology.runtime.log_path(name)

@@ -1,4 +1,4 @@
-"""Watchdogs, and the check that one clears a wedge within its budget.
+"""Watchdog kinds: the router's timeouts, the stubs' engine watchdogs, and a user's own.
 
 Three kinds are supported: the router's own timeouts (flags passed as ``router_args``), engine
 watchdogs in the stubs (in-flight pin, transfer timeout), and a user's own (a Python callable
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.metrics import metric_value
+from pytest_wedge.evidence.prometheus import metric_value
 
 if TYPE_CHECKING:
-    from pytest_wedge.handle import Wedge
+    from pytest_wedge.scene import Scene
 
 
 @dataclass
@@ -35,24 +35,24 @@ class Watchdog:
 
     name = "watchdog"
 
-    def arm(self, wedge: Wedge) -> None:
+    def arm(self, scene: Scene) -> None:
         """Switch the watchdog on and take whatever baseline ``firings`` compares against."""
 
-    def firings(self, wedge: Wedge) -> list[Firing]:
+    def firings(self, scene: Scene) -> list[Firing]:
         raise NotImplementedError
 
-    def disarm(self, wedge: Wedge) -> None:
+    def disarm(self, scene: Scene) -> None:
         """Switch it off again (idempotent)."""
 
     def describe(self) -> str:
         return self.name
 
 
-def _router_metrics(wedge: Wedge) -> str:
+def _router_metrics(scene: Scene) -> str:
     import httpx
 
     try:
-        return wedge.topology.router_metrics(timeout_s=1.0)
+        return scene.topology.router_metrics(timeout_s=1.0)
     except httpx.HTTPError:
         return ""  # a paused router answers nothing; its counters are read again later
 
@@ -72,23 +72,23 @@ class RouterFlag(Watchdog):
     def name(self) -> str:  # type: ignore[override]
         return f"router {self.flag} {self.seconds:g}"
 
-    def _count(self, wedge: Wedge) -> float:
-        text = _router_metrics(wedge)
+    def _count(self, scene: Scene) -> float:
+        text = _router_metrics(scene)
         return sum(metric_value(text, metric, **labels) for metric, labels in self.counters)
 
-    def arm(self, wedge: Wedge) -> None:
-        args = list(wedge.spec.router_args)
+    def arm(self, scene: Scene) -> None:
+        args = list(scene.topology.spec.router_args)
         if self.flag not in args or args[args.index(self.flag) + 1] != f"{self.seconds:g}":
             raise ConfigError(
                 f"The router was not started with {self.flag} {self.seconds:g}",
                 facts={"router_args": " ".join(args) or "(none)"},
                 fix=f'add router_args=["{self.flag}", "{self.seconds:g}"] to the wedge marker',
             )
-        self._baseline = self._count(wedge)
+        self._baseline = self._count(scene)
         self._fired_at = None
 
-    def firings(self, wedge: Wedge) -> list[Firing]:
-        if self._fired_at is None and self._count(wedge) > self._baseline:
+    def firings(self, scene: Scene) -> list[Firing]:
+        if self._fired_at is None and self._count(scene) > self._baseline:
             self._fired_at = time.time()
         return [Firing(self.name, self._fired_at)] if self._fired_at else []
 
@@ -124,21 +124,21 @@ class StubWatchdog(Watchdog):
         kind = self.setting.removesuffix("_s").replace("_", "-")
         return f"{self.component} {kind} watchdog {self.after_s:g}s"
 
-    def arm(self, wedge: Wedge) -> None:
+    def arm(self, scene: Scene) -> None:
         self._armed_at = time.time()
-        wedge.stub(self.component).set_watchdogs(**{self.setting: self.after_s})
+        scene.topology.stub(self.component).set_watchdogs(**{self.setting: self.after_s})
 
-    def firings(self, wedge: Wedge) -> list[Firing]:
+    def firings(self, scene: Scene) -> list[Firing]:
         kind = self.setting.removesuffix("_s")
         return [
             Firing(self.name, f["at"], f"released {f.get('request_id')}")
-            for f in wedge.stub(self.component).state()["firings"]
+            for f in scene.topology.stub(self.component).state()["firings"]
             if f["watchdog"] == kind and f["at"] >= self._armed_at
         ]
 
-    def disarm(self, wedge: Wedge) -> None:
-        if wedge.topology.runtime.state(self.component) == "running":
-            wedge.stub(self.component).set_watchdogs(**{self.setting: None})
+    def disarm(self, scene: Scene) -> None:
+        if scene.topology.runtime.state(self.component) == "running":
+            scene.topology.stub(self.component).set_watchdogs(**{self.setting: None})
 
 
 def InflightPinWatchdog(after_s: float, component: str = "prefill-0") -> StubWatchdog:
@@ -156,7 +156,7 @@ class CallableWatchdog(Watchdog):
     """A user's watchdog: ``check(wedge)`` runs every ``interval_s`` on its own thread and
     returns a description of what it did, or None when it did nothing."""
 
-    check: Callable[[Wedge], str | None]
+    check: Callable[[Any], str | None]  # gets the object the watchdog was armed with
     interval_s: float = 0.2
     label: str = "user watchdog"
     _fired: list[Firing] = field(default_factory=list, init=False)
@@ -168,26 +168,26 @@ class CallableWatchdog(Watchdog):
     def name(self) -> str:  # type: ignore[override]
         return self.label
 
-    def arm(self, wedge: Wedge) -> None:
+    def arm(self, scene: Scene) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(wedge,), daemon=True,
+        self._thread = threading.Thread(target=self._loop, args=(scene,), daemon=True,
                                         name=f"wedge-{self.label}")  # fmt: skip
         self._thread.start()
 
-    def _loop(self, wedge: Wedge) -> None:
+    def _loop(self, scene: Scene) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                action = self.check(wedge)
+                action = self.check(scene)
             except Exception as exc:  # a broken watchdog is reported, not fatal to the test
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if action:
                 self._fired.append(Firing(self.label, time.time(), action))
 
-    def firings(self, wedge: Wedge) -> list[Firing]:
+    def firings(self, scene: Scene) -> list[Firing]:
         return list(self._fired)
 
-    def disarm(self, wedge: Wedge) -> None:
+    def disarm(self, scene: Scene) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -197,74 +197,23 @@ def CommandWatchdog(argv: Sequence[str], interval_s: float = 0.5) -> CallableWat
     """An external program as a watchdog. It gets the topology's addresses in its environment
     (WEDGE_URL, WEDGE_ROUTER_URL, WEDGE_<COMPONENT>_URL) and prints what it did, if anything."""
 
-    def run(wedge: Wedge) -> str | None:
-        env = {**os.environ, "WEDGE_URL": wedge.url, "WEDGE_ROUTER_URL": wedge.topology.router_url}
-        for name in wedge.topology.stubs:
-            env[f"WEDGE_{name.upper().replace('-', '_')}_URL"] = wedge.worker_url(name)
+    def run(scene: Scene) -> str | None:
+        topology = scene.topology
+        env = {**os.environ, "WEDGE_URL": topology.url, "WEDGE_ROUTER_URL": topology.router_url}
+        for name in topology.stubs:
+            env[f"WEDGE_{name.upper().replace('-', '_')}_URL"] = topology.worker_url(name)
         done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=30)
         return done.stdout.strip() or None
 
     return CallableWatchdog(run, interval_s, label=f"command {' '.join(argv)}")
 
 
-def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float = 1.0
-                                 ) -> Callable[[Wedge], str | None]:  # fmt: skip
-    """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
-    wedged, co-restart that PD pair (the operating rule of incident 2)."""
-    from pytest_wedge.diagnostics import diagnose
-    from pytest_wedge.faults import CoRestart
-
-    def check(wedge: Wedge) -> str | None:
-        diagnosis = diagnose(wedge, origin=origin, overdue_after_s=overdue_after_s)
-        if "->prefill-" not in diagnosis.location or diagnosis.location.startswith("router"):
-            return None
-        decode = diagnosis.location.split("->")[0]
-        wedge.apply(CoRestart(decode))
-        return f"co-restarted {decode} and its prefills (diagnosis: {diagnosis.location})"
-
-    return check
-
-
-def CoRestartWatchdog(origin: str = "harness", overdue_after_s: float = 1.0,
-                      interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
-    return CallableWatchdog(co_restart_on_transfer_wedge(origin, overdue_after_s), interval_s,
-                            label="co-restart PD pair on transfer wedge")  # fmt: skip
-
-
-def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
-                               ) -> Callable[[Wedge], str | None]:  # fmt: skip
-    """A *misleading* watchdog (incident 9): restart the router once ``component``'s aggregate
-    tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
-    so it never fires on a wedge that only the harness suffers."""
-    idle_since: list[float | None] = [None]
-
-    def check(wedge: Wedge) -> str | None:
-        if wedge.metric(component, "sglang:gen_throughput") > 0:
-            idle_since[0] = None
-            return None
-        now = time.monotonic()
-        started = idle_since[0] = idle_since[0] or now
-        if now - started < idle_s:
-            return None
-        idle_since[0] = None
-        wedge.topology.restart("router")
-        return f"restarted the router after {component} showed 0 tok/s for {idle_s:g} s"
-
-    return check
-
-
-def AggregateThroughputWatchdog(component: str = "decode-0", idle_s: float = 1.0,
-                                interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
-    return CallableWatchdog(aggregate_throughput_check(component, idle_s), interval_s,
-                            label=f"restart router when {component} tok/s == 0")  # fmt: skip
-
-
-def watchdog_report(wedge: Wedge, watchdogs: Sequence[Watchdog]) -> list[dict[str, Any]]:
+def watchdog_report(scene: Scene, watchdogs: Sequence[Watchdog]) -> list[dict[str, Any]]:
     """One line per armed watchdog: fired or not, and when."""
     rows: list[dict[str, Any]] = []
     for dog in watchdogs:
         try:
-            fired = dog.firings(wedge)
+            fired = dog.firings(scene)
         except Exception as exc:
             rows.append({"watchdog": dog.describe(), "fired": None, "error": str(exc)})
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pytest_wedge.errors import ConfigError
 
@@ -23,6 +23,9 @@ class Setting:
     env: str | None = None
     choices: tuple[str, ...] = ()
     allow_zero: bool = False
+    kind: str = ""  # "paths" for a list of directories; otherwise the default's type decides
+    const: str | None = None  # the value of the bare flag, for an option with an optional value
+    has_option: bool = True  # False: an ini (and environment) setting only
 
     @property
     def option(self) -> str:
@@ -32,10 +35,44 @@ class Setting:
     def dest(self) -> str:
         return self.name
 
+    @property
+    def ini_type(self) -> Literal["paths", "bool"] | None:
+        if self.kind == "paths":
+            return "paths"
+        return "bool" if isinstance(self.default, bool) else None
+
+    def option_kwargs(self) -> dict[str, Any]:
+        if isinstance(self.default, bool):
+            return {"action": "store_const", "const": True}
+        if self.const is not None:
+            return {"nargs": "?", "const": self.const, "metavar": "NAMES"}
+        return {}
+
+
+SCENARIOS_HELP = (
+    "Run the scenario catalog: all scenarios, the comma-separated NAMES, or 'list' to print "
+    "the catalog. Without test paths on the command line, only the catalog runs."
+)
 
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in (
+        Setting(
+            "wedge_scenarios",
+            SCENARIOS_HELP,
+            None,
+            env="PYTEST_WEDGE_SCENARIOS",
+            const="all",
+        ),
+        Setting(
+            "wedge_scenario_dirs",
+            "Directories of your own scenario files (*.toml), added to the catalog "
+            "(environment: separated by the OS path separator).",
+            (),
+            env="PYTEST_WEDGE_SCENARIO_DIRS",
+            kind="paths",
+            has_option=False,
+        ),
         Setting(
             "wedge_runtime",
             "How components run: 'process' (local subprocesses) or 'docker' (containers).",
@@ -87,6 +124,10 @@ class Resolved:
 def _coerce(setting: Setting, raw: Any, source: str) -> Any:
     if raw is None:
         return None
+    if setting.kind == "paths":
+        if isinstance(raw, str):
+            raw = [part for part in raw.split(os.pathsep) if part]
+        return tuple(str(path) for path in raw)
     try:
         if isinstance(setting.default, bool):
             if isinstance(raw, bool):

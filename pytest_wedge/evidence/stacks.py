@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_wedge.diagnostics.evidence import proc_state
+from pytest_wedge.evidence.snapshot import proc_state
 
 if TYPE_CHECKING:
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 STACKS_CAVEAT = (
     "Stacks are secondary evidence: the ledgers in diagnosis.json locate the wedge. A thread "

@@ -1,7 +1,7 @@
-"""The ``wedge`` marker, parsed by calling a real keyword-only function.
+"""The topology keywords shared by the ``wedge`` marker, ``wedge_factory`` and scenario files.
 
-Because the marker's arguments are this function's parameters, the marker's signature, its
-validation and its docs cannot drift apart.
+``wedge(...)`` is a real keyword-only function: the marker's arguments are its parameters, so
+the signature, its validation and its docs cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.topology import StubOptions, TopologySpec
+from pytest_wedge.topology.spec import StubOptions, TopologySpec
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ def _stub_value(name: str, value: Any) -> Any:
     return value
 
 
-def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
-    """Parse ``@pytest.mark.wedge(...)``; any misuse becomes a ConfigError naming the fix."""
+def parse_keywords(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
+    """Parse ``wedge(...)``'s arguments; any misuse becomes a ConfigError naming the fix."""
     if args:
         raise ConfigError("The wedge marker takes keyword arguments only",
                           facts={"positional": repr(tuple(args))},

@@ -21,10 +21,10 @@ from pytest_wedge import watchdogs as watchdog_module
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
 from pytest_wedge.load import Aborter, Harness, StrayRequester
-from pytest_wedge.marker import parse_marker
-from pytest_wedge.scenario_schema import NUMBER, TableReader, matches_hint
-from pytest_wedge.topology import TopologySpec
-from pytest_wedge.watchdogs import Watchdog
+from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
+from pytest_wedge.topology.keywords import parse_keywords
+from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.watchdogs.kinds import Watchdog
 
 
 def _catalog_dir() -> Path:
@@ -33,7 +33,7 @@ def _catalog_dir() -> Path:
     spec = importlib.util.find_spec("pytest_wedge.fixtures")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parent.parent / "fixtures"
+    return Path(__file__).resolve().parents[2] / "fixtures"
 
 
 CATALOG_DIR = _catalog_dir()
@@ -183,7 +183,7 @@ def load_scenario(path: Path) -> Scenario:
     runtime = topo.take("runtime", str, None)
     topo.done()
     try:
-        spec = parse_marker((), marker_kwargs).spec
+        spec = parse_keywords((), marker_kwargs).spec
     except ConfigError as exc:
         raise topo.fail(
             next(iter(marker_kwargs), "prefill"), "valid topology settings", exc.headline

@@ -22,7 +22,7 @@ from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import NotFound
 
 from pytest_wedge.errors import MissingBinaryError, WedgeError
-from pytest_wedge.topology import LOOPBACK, ComponentSpec
+from pytest_wedge.topology.spec import LOOPBACK, ComponentSpec
 
 TOXIPROXY_VERSION = "2.12.0"
 INSTALL_HINT = (

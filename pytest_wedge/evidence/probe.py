@@ -12,28 +12,27 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, cast
+from typing import TYPE_CHECKING, Self
 
-from pytest_wedge.diagnostics.evidence import Snapshot, empty_snapshot, fill, gather, sample_jobs
+from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, gather, sample_jobs
 
 if TYPE_CHECKING:
-    from pytest_wedge.handle import Wedge
-    from pytest_wedge.running import Topology
+    from pytest_wedge.topology.running import Topology
 
 
 class Probe:
-    """``Probe(wedge or topology, interval_s=0.1).start()`` ... ``.stop()``; a context manager."""
+    """``Probe(topology, interval_s=0.1).start()`` ... ``.stop()``; a context manager."""
 
     def __init__(
         self,
-        target: Wedge | Topology,
+        topology: Topology,
         interval_s: float = 0.1,
         *,
         maxlen: int = 3000,
         timeout_s: float = 0.2,
         slow_every: int = 5,
     ) -> None:
-        self.topology = cast("Topology", getattr(target, "topology", target))
+        self.topology = topology
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._samples: deque[Snapshot] = deque(maxlen=maxlen)

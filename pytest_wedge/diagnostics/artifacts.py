@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
-from pytest_wedge.diagnostics.evidence import Snapshot
-from pytest_wedge.diagnostics.stacks import render_stacks
 from pytest_wedge.diagnostics.timeline import fault_dict, render_timeline
+from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
 
 # Logs can be large after a long session; the tail is what a wedge report needs.

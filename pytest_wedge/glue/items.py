@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.scenario_run import run_scenario
-from pytest_wedge.scenarios import Scenario, catalog, load_scenario
+from pytest_wedge.glue.state import close_handles, open_handle, resolve_from
+
+if TYPE_CHECKING:
+    from pytest_wedge.scenarios.catalog import Scenario
 
 
 class ScenarioSelection:
     """What ``--wedge-scenarios[=NAMES]`` selected, resolved once per process."""
 
     def __init__(self, value: str, directories: Sequence[Path]) -> None:
+        from pytest_wedge.scenarios.catalog import catalog
+
         self.value = value
         try:
             self.all = catalog(directories)
@@ -54,6 +58,8 @@ class ScenarioSelection:
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterable[pytest.Item]:
         selection: ScenarioSelection = self.config.stash[SELECTION_KEY]
+        from pytest_wedge.scenarios.catalog import load_scenario
+
         try:
             scenarios = selection.scenarios_in(self.path) or [load_scenario(self.path)]
         except ConfigError as exc:  # a file edited after start-up
@@ -70,7 +76,7 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
-        from pytest_wedge.plugin import open_handle
+        from pytest_wedge.scenarios.run import run_scenario
 
         handle = open_handle(self, self.scenario.spec, self.scenario.runtime)
         result = run_scenario(handle, self.scenario)
@@ -81,8 +87,6 @@ class ScenarioItem(pytest.Item):
             )
 
     def teardown(self) -> None:
-        from pytest_wedge.plugin import close_handles
-
         close_handles(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -99,10 +103,13 @@ SELECTION_KEY = pytest.StashKey[ScenarioSelection]()
 
 
 def _selection(config: pytest.Config) -> ScenarioSelection | None:
-    value = config.getoption("wedge_scenarios") or config.getini("wedge_scenarios")
+    try:
+        value = resolve_from(config, "wedge_scenarios").value
+        directories = [Path(p) for p in resolve_from(config, "wedge_scenario_dirs").value]
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     if not value:
         return None
-    directories = [Path(p) for p in config.getini("wedge_scenario_dirs")]
     return ScenarioSelection(value, directories)
 
 
@@ -127,8 +134,7 @@ def collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | No
 
 def listing(config: pytest.Config) -> Iterator[str]:
     """Runs before pytest_configure (from pytest_cmdline_main), so it reads the options itself."""
-    value = config.getoption("wedge_scenarios") or config.getini("wedge_scenarios")
-    if value == "list":
+    if resolve_from(config, "wedge_scenarios").value == "list":
         selection = _selection(config)
         assert selection is not None
         yield selection.listing()

@@ -1,0 +1,1 @@
+"""What is observed: Prometheus text, the evidence snapshot, the probe and process stacks."""

@@ -1,0 +1,176 @@
+"""The plugin's per-process state: resolved settings, the sessions, and the handles of each
+test item (opened by the fixtures and by scenario items alike)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_wedge.errors import ConfigError, WedgeError
+from pytest_wedge.glue.config import SETTINGS, Resolved, resolve
+
+if TYPE_CHECKING:
+    from pytest_wedge.glue.marker import MarkerArgs
+    from pytest_wedge.handle import Wedge
+    from pytest_wedge.topology.session import WedgeSession
+    from pytest_wedge.topology.spec import TopologySpec
+
+# The topology, the handle and their HTTP clients are imported when a test first needs them:
+# this module is loaded with the plugin, in every pytest run of an environment that has it.
+HANDLES_KEY = pytest.StashKey[list["Wedge"]]()
+
+
+class WedgePlugin:
+    """Per-process state: resolved settings and the sessions (one per runtime)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.sessions: dict[str, WedgeSession] = {}
+        try:
+            self.settings = {name: resolve_from(config, name) for name in SETTINGS}
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+    def value(self, name: str) -> Any:
+        return self.settings[name].value
+
+    def check_binaries(self) -> None:
+        """Fail the run up front, with the fix, when a program the topology needs is missing
+        (or the artifacts directory cannot be made)."""
+        from pytest_wedge.topology.running import find_executables
+        from pytest_wedge.topology.toxiproxy import find_toxiproxy
+
+        try:
+            binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
+            find_executables(binary)
+            if self.value("wedge_runtime") == "docker":
+                from pytest_wedge.runtime.docker import connect
+
+                connect().close()
+            self._check_artifacts_dir()
+        except WedgeError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+    def _check_artifacts_dir(self) -> None:
+        setting = self.settings["wedge_artifacts"]
+        try:
+            Path(setting.value).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot create the artifacts directory {setting.value!r}",
+                facts={"from": setting.source, "error": exc},
+                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
+                "this user can create and write",
+            ) from exc
+
+    def session(self, runtime: str | None = None) -> WedgeSession:
+        runtime = runtime or self.value("wedge_runtime")
+        assert runtime is not None
+        existing = self.sessions.get(runtime)
+        if existing is not None:
+            return existing
+        from pytest_wedge.topology.session import WedgeSession
+
+        hook = self.config.hook
+
+        def factory(name: str, artifacts_dir: str, session_id: str) -> Any:
+            custom = hook.pytest_wedge_make_runtime(
+                name=name, artifacts_dir=artifacts_dir, session_id=session_id
+            )
+            if custom is not None:
+                return custom
+            from pytest_wedge.runtime import make_runtime
+
+            return make_runtime(name, artifacts_dir, session_id)
+
+        session = WedgeSession(
+            runtime=runtime,
+            artifacts_dir=self.value("wedge_artifacts"),
+            toxiproxy_binary=self.value("wedge_toxiproxy"),
+            runtime_factory=factory,
+            ready_timeout_s=self.value("wedge_ready_timeout"),
+        )
+        self.sessions[runtime] = session
+        return session.start()
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+
+
+PLUGIN_KEY = pytest.StashKey[WedgePlugin]()
+
+
+def resolve_from(config: pytest.Config, name: str, *, marker: Any = None) -> Resolved:
+    """One setting by the precedence rule, from pytest's option and ini of that name."""
+    return resolve(name, marker=marker, cli=config.getoption(name, None), ini=config.getini)
+
+
+def plugin_of(config: pytest.Config) -> WedgePlugin:
+    return config.stash[PLUGIN_KEY]
+
+
+@contextlib.contextmanager
+def plain_errors(config: pytest.Config) -> Iterator[None]:
+    """A topology that cannot come up fails the test with our error text alone: it names what
+    was checked, the log tail and the fix, where a traceback through pytest-wedge adds nothing
+    (``--full-trace`` still shows it)."""
+    try:
+        yield
+    except WedgeError as exc:
+        if config.getoption("fulltrace"):
+            raise
+        raise pytest.fail.Exception(f"{type(exc).__name__}: {exc}", pytrace=False) from None
+
+
+def marker_args(item: pytest.Item, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                what: str) -> MarkerArgs:  # fmt: skip
+    """The topology and runtime that ``what`` (the marker, or a factory call) asks for.
+
+    A mistake fails this one test, at setup, with the plain message and no traceback through
+    pytest-wedge; the runtime goes through the same precedence and checks as the option.
+    """
+    from pytest_wedge.glue.marker import parse_marker
+
+    try:
+        parsed = parse_marker(args, kwargs)
+        if parsed.runtime is not None:
+            resolve_from(item.config, "wedge_runtime", marker=parsed.runtime)
+    except ConfigError as exc:
+        pytest.fail(f"{item.nodeid}: bad {what}\n{exc}", pytrace=False)
+    return parsed
+
+
+def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
+    """A fresh handle onto the session's topology for ``spec``, closed with ``item``."""
+    plugin = plugin_of(item.config)
+    with plain_errors(item.config):
+        topology = plugin.session(runtime).topology(spec)
+        topology.reset()
+    from pytest_wedge.handle import Wedge
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
+    artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
+    handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
+    item.stash.setdefault(HANDLES_KEY, []).append(handle)
+    return handle
+
+
+def close_handles(item: pytest.Item) -> None:
+    errors: list[str] = []
+    for handle in item.stash.get(HANDLES_KEY, []):
+        errors += handle.close()
+    if errors:
+        raise WedgeError(
+            "Some faults could not be reverted",
+            facts={"errors": "; ".join(errors)},
+            fix="the next test resets the topology; check the component logs",
+        )
+
+

@@ -1,0 +1,242 @@
+"""A running topology: Toxiproxy proxies for every link, the stubs and the real router.
+
+Usable without pytest::
+
+    with WedgeSession() as session:
+        topo = session.topology(TopologySpec())
+        httpx.post(topo.url + "/v1/chat/completions", json=...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from pytest_wedge.errors import ComponentStartError, MissingBinaryError
+from pytest_wedge.evidence.prometheus import samples
+from pytest_wedge.runtime.base import Runtime, wait_ready
+from pytest_wedge.stubs.client import StubClient, StubUnavailable
+from pytest_wedge.topology.ports import PortAllocator, check_free
+from pytest_wedge.topology.spec import (
+    LOOPBACK,
+    ComponentSpec,
+    Executables,
+    LinkSpec,
+    PortPlan,
+    TopologySpec,
+    render_components,
+)
+from pytest_wedge.topology.toxiproxy import ToxiproxyClient
+
+
+def find_executables(toxiproxy_binary: str) -> Executables:
+    """The venv's python and smg: the stubs run with the interpreter that runs pytest."""
+    smg = shutil.which("smg") or str(Path(sys.executable).with_name("smg"))
+    if not Path(smg).is_file():
+        raise MissingBinaryError(
+            "The smg router was not found",
+            facts={"looked for": f"smg on PATH and next to {sys.executable}"},
+            fix="run `make install`, or `pip install 'smg>=1.13,<1.14'` into this environment",
+        )
+    return Executables(python=sys.executable, smg=smg, toxiproxy=toxiproxy_binary)
+
+
+@dataclass(frozen=True)
+class RunningLink:
+    spec: LinkSpec
+    listen_port: int
+    proxy: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def listen(self) -> str:
+        return f"{LOOPBACK}:{self.listen_port}"
+
+
+class Topology:
+    """Router + prefill + decode, every hop behind Toxiproxy. A context manager."""
+
+    def __init__(
+        self,
+        spec: TopologySpec,
+        runtime: Runtime,
+        toxiproxy: ToxiproxyClient,
+        exe: Executables,
+        ports: PortAllocator,
+        ready_timeout_s: float = 30.0,
+        proxy_prefix: str = "",
+    ) -> None:
+        self.spec, self.runtime, self.toxiproxy, self.exe = spec, runtime, toxiproxy, exe
+        self._allocator = ports
+        self.ready_timeout_s = ready_timeout_s
+        self.proxy_prefix = proxy_prefix
+        self.plan: PortPlan | None = None
+        self.links: dict[str, RunningLink] = {}
+        self.components: dict[str, ComponentSpec] = {}
+        self.stubs: dict[str, StubClient] = {}
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
+        # One pooled client for admin calls; trust_env=False so proxy variables never reroute
+        # loopback traffic.
+        self.http = httpx.Client(timeout=2.0, trust_env=False)
+
+    # -- bring-up ---------------------------------------------------------------------------
+    def start(self) -> Topology:
+        """From nothing to ready. A failed start rolls back whatever did start."""
+        spec = self.spec
+        count = len(spec.component_names) + spec.prefill + 1
+        taken = self._allocator.take(count)
+        it = iter(taken)
+        self.plan = PortPlan(
+            http={name: next(it) for name in spec.component_names},
+            bootstrap={p: next(it) for p in spec.prefill_names},
+            router_metrics=next(it),
+        )
+        try:
+            check_free({f"{n} http": p for n, p in self.plan.http.items()}
+                       | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()}
+                       | {"router metrics": self.plan.router_metrics})  # fmt: skip
+            for link in spec.links(self.plan):
+                proxy = self.proxy_prefix + link.proxy_name
+                port = self.toxiproxy.create_proxy(proxy, link.upstream)
+                self.links[link.name] = RunningLink(link, port, proxy)
+            listen = {name: link.listen_port for name, link in self.links.items()}
+            for component in render_components(spec, self.plan, listen, self.exe):
+                self.components[component.name] = component
+                if component.is_stub:
+                    url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
+                    self.stubs[component.name] = StubClient(component.name, url)
+            workers = [c for c in self.components.values() if c.role != "router"]
+            for component in workers:
+                self.runtime.start(component)
+            # smg probes workers once at start and then backs off for seconds, so it starts
+            # only once they answer: the fastest path to a ready router.
+            deadline = time.monotonic() + self.ready_timeout_s
+            wait_ready(self.runtime, workers, timeout_s=self.ready_timeout_s)
+            router = self.components["router"]
+            self.runtime.start(router)
+            wait_ready(self.runtime, [router], timeout_s=max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> Topology:
+        return self.start() if self.plan is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- addresses ---------------------------------------------------------------------------
+    def _require_plan(self) -> PortPlan:
+        if self.plan is None:
+            raise ComponentStartError("The topology is not started", fix="call start() first")
+        return self.plan
+
+    @property
+    def url(self) -> str:
+        """Where clients send requests: the listen side of ``client->router``."""
+        return f"http://{self.links['client->router'].listen}"
+
+    @property
+    def router_url(self) -> str:
+        """The router's own port, bypassing the client link (for admin calls)."""
+        return f"http://{LOOPBACK}:{self._require_plan().http['router']}"
+
+    @property
+    def router_metrics_url(self) -> str:
+        return f"http://{LOOPBACK}:{self._require_plan().router_metrics}/metrics"
+
+    def worker_url(self, name: str) -> str:
+        """A worker's real port: what a stray requester outside the router talks to."""
+        return f"http://{LOOPBACK}:{self._require_plan().http[name]}"
+
+    def router_metrics(self, timeout_s: float = 2.0) -> str:
+        """The router's Prometheus text (raises httpx.HTTPError when it does not answer)."""
+        return self.http.get(self.router_metrics_url, timeout=timeout_s).text
+
+    def pd_pair(self, decode: str) -> list[str]:
+        """The components a co-restart of ``decode``'s PD pair restarts."""
+        return [*self.spec.prefill_names, decode]
+
+    # -- between tests ------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Remove every fault and clear the stubs' state; restart anything a test broke.
+
+        Paused components are resumed and dead ones restarted; a restarted decode takes its
+        prefills along, because a decode-only restart leaves the prefill's transfer state stale.
+        """
+        for name in self.components:
+            if self.runtime.state(name) == "paused":
+                self.runtime.resume(name)
+        broken = [n for n in self.components if self.runtime.state(n) != "running"]
+        self.toxiproxy.reset()
+        if "router" not in broken and not self._router_is_clean():
+            broken.append("router")
+        if broken:
+            self.restart(*broken)
+        list(self._pool.map(lambda stub: stub.reset(), self.stubs.values()))
+
+    def _router_is_clean(self) -> bool:
+        """False when an earlier test left router state behind that would leak into the next.
+
+        smg's circuit breakers stay open for a minute after a burst of PD failures, and a
+        worker it marked unhealthy needs several good health checks to come back: both are
+        cleared only by a router restart, which is cheaper than waiting them out.
+        """
+        try:
+            ready = self.http.get(self.router_url + "/readiness")
+            metrics = self.router_metrics()
+        except httpx.HTTPError:
+            return False
+        breakers_open = any(value != 0 for _, value in samples(metrics, "smg_worker_cb_state"))
+        return ready.status_code == 200 and not breakers_open
+
+    def restart(self, *names: str, timeout_s: float | None = None) -> float:
+        """Kill and start ``names`` again, workers first, and wait until they are ready."""
+        order = sorted(set(names), key=lambda n: n == "router")
+        for name in order:
+            self.runtime.restart(name)
+        return wait_ready(self.runtime, [self.components[n] for n in order],
+                          timeout_s=timeout_s or self.ready_timeout_s)  # fmt: skip
+
+    def check_alive(self) -> list[str]:
+        """Names of components that are not running (paused counts as not running)."""
+        return [n for n in self.components if self.runtime.state(n) != "running"]
+
+    def stub(self, name: str) -> StubClient:
+        try:
+            return self.stubs[name]
+        except KeyError:
+            raise StubUnavailable(
+                f"{name} is not a pytest-wedge stub", facts={"stubs": ", ".join(self.stubs)},
+                fix="engine faults need a stub worker",
+            ) from None  # fmt: skip
+
+    def pids(self) -> dict[str, int | None]:
+        return {name: self.runtime.pid(name) for name in self.components}
+
+    # -- teardown -----------------------------------------------------------------------------
+    def close(self) -> None:
+        for name in reversed(list(self.components)):
+            with contextlib.suppress(Exception):
+                self.runtime.kill(name)
+        for link in self.links.values():
+            with contextlib.suppress(Exception):
+                self.toxiproxy.delete_proxy(link.proxy)
+        for stub in self.stubs.values():
+            stub.close()
+        if self.plan is not None:
+            self._allocator.release(self.plan.all_ports())
+        self.links.clear()
+        self._pool.shutdown(wait=False)
+        self.http.close()

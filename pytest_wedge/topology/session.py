@@ -1,0 +1,141 @@
+"""One pytest-wedge session: a Toxiproxy server and the topologies built on it.
+
+One session per pytest process (per xdist worker). Topologies are cached by their spec, so
+every test asking for the same shape shares one running topology and pays only for a reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
+from pytest_wedge.topology.ports import PortAllocator
+from pytest_wedge.topology.running import Topology, find_executables
+from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
+
+RuntimeFactory = Callable[[str, str, str], Runtime]
+
+
+class WedgeSession:
+    """A context manager owning the Toxiproxy server and every topology of this process."""
+
+    def __init__(
+        self,
+        *,
+        runtime: str = "process",
+        artifacts_dir: str | Path | None = None,
+        toxiproxy_binary: str | None = None,
+        runtime_factory: RuntimeFactory | None = None,
+        ready_timeout_s: float = 30.0,
+        max_topologies: int = 3,
+    ) -> None:
+        self.runtime_name = runtime
+        self.session_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        base = Path(artifacts_dir) if artifacts_dir else Path(".wedge-artifacts")
+        self.artifacts_dir = (base / worker).resolve()
+        project_root = Path(__file__).resolve().parents[2]
+        self.toxiproxy_binary = find_toxiproxy(toxiproxy_binary, project_root)
+        self.exe = find_executables(self.toxiproxy_binary)
+        self._runtime_factory = runtime_factory or make_runtime
+        self.ready_timeout_s = ready_timeout_s
+        self.ports = PortAllocator()
+        self.max_topologies = max_topologies
+        self._started = 0
+        self.topologies: dict[TopologySpec, Topology] = {}
+        self._runtimes: list[Runtime] = []
+        self.toxiproxy: ToxiproxyClient | None = None
+        self._toxiproxy_runtime: Runtime | None = None
+
+    def _runtime(self, label: str) -> Runtime:
+        runtime = self._runtime_factory(
+            self.runtime_name, str(self.artifacts_dir / label), self.session_id
+        )
+        self._runtimes.append(runtime)
+        return runtime
+
+    def start(self) -> WedgeSession:
+        self.sweep()
+        try:
+            runtime = self._toxiproxy_runtime = self._runtime("toxiproxy")
+            (port,) = self.ports.take(1)
+            component = server_component(self.toxiproxy_binary, port)
+            runtime.start(component)
+            wait_ready(runtime, [component], timeout_s=self.ready_timeout_s)
+            self.toxiproxy = ToxiproxyClient(port)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> WedgeSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sweep(self) -> None:
+        """Remove what a killed earlier session left behind (processes, containers)."""
+        from pytest_wedge.runtime.process import sweep_leftovers
+
+        sweep_leftovers()
+        if self.runtime_name == "docker":
+            from pytest_wedge.runtime.docker import sweep_containers
+
+            sweep_containers()
+
+    def topology(self, spec: TopologySpec | None = None) -> Topology:
+        """The running topology for ``spec``, started on first use and shared afterwards."""
+        spec = spec or TopologySpec()
+        if self.toxiproxy is None:
+            self.start()
+        assert self.toxiproxy is not None
+        existing = self.topologies.pop(spec, None)
+        if existing is not None:
+            self.topologies[spec] = existing  # most recently used last
+            return existing
+        while len(self.topologies) >= self.max_topologies:
+            # Each shape costs ~150 MB; a suite with many router flags keeps only the recent ones.
+            oldest = next(iter(self.topologies))
+            self.topologies.pop(oldest).close()
+        index = self._started
+        self._started += 1
+        topo = Topology(
+            spec,
+            self._runtime(f"topology-{index}"),
+            self.toxiproxy,
+            self.exe,
+            self.ports,
+            ready_timeout_s=self.ready_timeout_s,
+            proxy_prefix=f"t{index}_",
+        )
+        topo.start()
+        self.topologies[spec] = topo
+        return topo
+
+    def pids(self) -> list[int]:
+        """PIDs of everything this session runs (host PIDs, for either runtime)."""
+        pids = [self._toxiproxy_runtime.pid("toxiproxy")] if self._toxiproxy_runtime else []
+        for topo in self.topologies.values():
+            pids += topo.pids().values()
+        return [pid for pid in pids if pid]
+
+    def close(self) -> None:
+        for topo in self.topologies.values():
+            with contextlib.suppress(Exception):
+                topo.close()
+        self.topologies.clear()
+        for runtime in reversed(self._runtimes):
+            with contextlib.suppress(Exception):
+                runtime.close()
+        self._runtimes.clear()
+        if self.toxiproxy is not None:
+            self.toxiproxy.close()
+            self.toxiproxy = None
+        self.ports.close()
+

@@ -1,0 +1,189 @@
+"""``expect_cleared``: does a watchdog end a wedge within its budget, with nothing lost?
+
+Time to clear runs from the wedge's onset (the first fault applied inside the block, else the
+block's start) to the moment every overdue request of the origin has a final state and, when
+recovery is required, a new request of that origin succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+
+from pytest_wedge.diagnostics import diagnose
+from pytest_wedge.errors import WedgeError
+from pytest_wedge.scene import Scene
+from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
+
+if TYPE_CHECKING:
+    from pytest_wedge.faults.base import FaultSet
+
+
+class ClearScene(Scene, Protocol):
+    """What ``expect_cleared`` needs: a scene, its fault windows, and where the check and the
+    armed watchdogs are recorded for the report."""
+
+    @property
+    def faults(self) -> FaultSet: ...
+
+    @property
+    def watchdogs(self) -> list[Watchdog]: ...
+
+    @property
+    def clear_checks(self) -> list[ClearCheck]: ...
+
+
+class NotClearedError(WedgeError, AssertionError):
+    """The wedge outlived its budget. An AssertionError, so the test fails rather than errors."""
+
+
+@dataclass
+class ClearCheck:
+    origin: str
+    within_s: float
+    watchdogs: Sequence[Watchdog]
+    onset: float = 0.0
+    cleared_at: float | None = None
+    ever_stuck: int = 0
+    watchdog_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def time_to_clear_s(self) -> float | None:
+        return None if self.cleared_at is None else self.cleared_at - self.onset
+
+    def to_json(self) -> dict[str, Any]:
+        return {"origin": self.origin, "budget_s": self.within_s, "onset": self.onset,
+                "cleared_at": self.cleared_at, "time_to_clear_s": self.time_to_clear_s,
+                "watchdogs": self.watchdog_rows}  # fmt: skip
+
+
+def _probe_succeeds(wedge: Scene, origin: str, timeout_s: float) -> bool:
+    body = {"model": wedge.topology.spec.stub.model, "max_tokens": 2, "user": f"{origin}-probe",
+            "messages": [{"role": "user", "content": "are you back?"}]}  # fmt: skip
+    headers = {"x-request-id-origin": f"{origin}-probe"}
+    try:
+        response = wedge.topology.http.post(
+            wedge.topology.url + "/v1/chat/completions",
+            json=body,
+            headers=headers,
+            timeout=max(0.2, timeout_s),
+        )
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def _stuck(wedge: Scene, origin: str, overdue_after_s: float) -> list[Any]:
+    now = time.time()
+    return [r for r in wedge.ledger.by_origin(origin).pending() if r.age(now) >= overdue_after_s]
+
+
+def _watchdog_lines(rows: list[dict[str, Any]], onset: float) -> str:
+    lines = []
+    for row in rows:
+        if row.get("error"):
+            state = f"could not be read ({row['error']})"
+        elif row["fired"]:
+            state = f"armed, fired at +{row['first_at'] - onset:.2f} s ({row['count']}x)"
+        else:
+            state = "armed, did not fire"
+        lines.append(f"{row['watchdog']}: {state}")
+    return "; ".join(lines) or "none armed"
+
+
+@contextlib.contextmanager
+def expect_cleared(
+    wedge: ClearScene,
+    *,
+    within_s: float,
+    origin: str = "harness",
+    watchdogs: Sequence[Watchdog] = (),
+    require_recovery: bool = True,
+    overdue_after_s: float = 0.5,
+    poll_s: float = 0.02,
+) -> Iterator[ClearCheck]:
+    """Arm ``watchdogs``, run the block (which starts the wedge), then wait at most
+    ``within_s`` from the onset for the wedge to clear; raise NotClearedError otherwise.
+
+    ``require_recovery=False`` accepts a watchdog that only *bounds* stuck requests (smg's
+    request timeout ends a half-open stream, but new requests stall again while the fault
+    stays): then clearing means every overdue request reached a final state.
+    """
+    check = ClearCheck(origin, within_s, watchdogs)
+    armed: list[Watchdog] = []
+    try:
+        for dog in watchdogs:
+            dog.arm(wedge)
+            armed.append(dog)
+        wedge.watchdogs.extend(watchdogs)
+        entered = time.time()
+        yield check
+        started = [w.started for w in wedge.faults.windows if w.started >= entered]
+        check.onset = min(started, default=entered)
+        deadline = check.onset + within_s
+        # A wedge must show before it can clear: requests seen overdue are remembered until
+        # each has a final state, so a check never passes before the wedge even began.
+        ever_stuck: set[str] = set()
+        while True:
+            now = time.time()
+            overdue = _stuck(wedge, origin, overdue_after_s)
+            ever_stuck.update(r.request_id for r in overdue)
+            unfinished = {r.request_id for r in wedge.ledger.by_origin(origin).pending()}
+            if (
+                ever_stuck
+                and not overdue
+                and not ever_stuck & unfinished
+                and (not require_recovery or _probe_succeeds(wedge, origin, deadline - now))
+            ):
+                check.cleared_at = time.time()
+                break
+            if now > deadline:
+                break
+            time.sleep(poll_s)
+        check.ever_stuck = len(ever_stuck)
+        check.watchdog_rows = watchdog_report(wedge, watchdogs)
+        wedge.clear_checks.append(check)
+        elapsed = check.time_to_clear_s
+        if elapsed is None or elapsed > within_s:
+            raise _not_cleared(wedge, check, overdue_after_s)
+    finally:
+        for dog in armed:
+            with contextlib.suppress(Exception):
+                dog.disarm(wedge)
+
+
+def _not_cleared(wedge: ClearScene, check: ClearCheck, overdue_after_s: float) -> NotClearedError:
+    stuck = _stuck(wedge, check.origin, overdue_after_s)
+    facts: dict[str, object] = {
+        "budget": f"{check.within_s:g} s from the onset",
+        "time to clear": f"{check.time_to_clear_s:.2f} s" if check.cleared_at else "not cleared",
+        "overdue during the check": f"{check.ever_stuck} {check.origin} requests"
+        + ("" if check.ever_stuck else " (the wedge never showed)"),
+        "still stuck": f"{len(stuck)} {check.origin} requests"
+        + (f" (e.g. {', '.join(r.request_id for r in stuck[:3])})" if stuck else ""),
+        "watchdogs": _watchdog_lines(check.watchdog_rows, check.onset),
+    }
+    try:
+        diagnosis = diagnose(wedge, origin=check.origin, overdue_after_s=overdue_after_s)
+        facts["located at"] = diagnosis.location
+        facts["evidence"] = "; ".join(diagnosis.evidence[:4])
+    except Exception as exc:  # the failure must still be reported without a diagnosis
+        facts["located at"] = f"(diagnosis failed: {exc})"
+    silent = [r["watchdog"] for r in check.watchdog_rows if r.get("fired") is False]
+    fix = (
+        f"{', '.join(silent)} did not fire: check that it watches the signal this wedge "
+        "changes, or arm one that does"
+        if silent
+        else "the watchdog fired but too late: lower its timeout, or raise the budget if the "
+        "budget is the wrong one"
+    )
+    return NotClearedError(
+        f"The {check.origin} wedge was not cleared within {check.within_s:g} s",
+        facts=facts,
+        fix=fix,
+    )

@@ -1,0 +1,69 @@
+"""Reference watchdog policies: user watchdogs that diagnose or read metrics, then act.
+
+They are ``CallableWatchdog`` checks built from the public pieces (``diagnose``, faults, the
+topology), the way a user would write their own; the watchdog kinds themselves
+(``kinds.py``) know nothing of diagnostics or faults.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pytest_wedge.diagnostics import diagnose
+from pytest_wedge.evidence.prometheus import metric_value
+from pytest_wedge.faults import CoRestart
+from pytest_wedge.watchdogs.kinds import CallableWatchdog
+
+if TYPE_CHECKING:
+    from pytest_wedge.scene import ActiveScene
+
+
+def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float = 1.0
+                                 ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+    """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
+    wedged, co-restart that PD pair (the operating rule of incident 2)."""
+    def check(scene: ActiveScene) -> str | None:
+        diagnosis = diagnose(scene, origin=origin, overdue_after_s=overdue_after_s)
+        if "->prefill-" not in diagnosis.location or diagnosis.location.startswith("router"):
+            return None
+        decode = diagnosis.location.split("->")[0]
+        scene.faults.apply(CoRestart(decode))
+        return f"co-restarted {decode} and its prefills (diagnosis: {diagnosis.location})"
+
+    return check
+
+
+def CoRestartWatchdog(origin: str = "harness", overdue_after_s: float = 1.0,
+                      interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
+    return CallableWatchdog(co_restart_on_transfer_wedge(origin, overdue_after_s), interval_s,
+                            label="co-restart PD pair on transfer wedge")  # fmt: skip
+
+
+def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
+                               ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+    """A *misleading* watchdog (incident 9): restart the router once ``component``'s aggregate
+    tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
+    so it never fires on a wedge that only the harness suffers."""
+    idle_since: list[float | None] = [None]
+
+    def check(scene: ActiveScene) -> str | None:
+        if metric_value(scene.topology.stub(component).metrics(), "sglang:gen_throughput") > 0:
+            idle_since[0] = None
+            return None
+        now = time.monotonic()
+        started = idle_since[0] = idle_since[0] or now
+        if now - started < idle_s:
+            return None
+        idle_since[0] = None
+        scene.topology.restart("router")
+        return f"restarted the router after {component} showed 0 tok/s for {idle_s:g} s"
+
+    return check
+
+
+def AggregateThroughputWatchdog(component: str = "decode-0", idle_s: float = 1.0,
+                                interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
+    return CallableWatchdog(aggregate_throughput_check(component, idle_s), interval_s,
+                            label=f"restart router when {component} tok/s == 0")  # fmt: skip
