@@ -214,7 +214,7 @@ def test_stub_extra_args_as_a_list_still_give_a_hashable_spec() -> None:
     assert {spec: 1}[spec] == 1  # topologies are cached by spec
 
 
-def test_a_bad_stub_option_in_a_marker_is_a_usage_error_naming_the_test(
+def test_a_bad_stub_option_in_a_marker_fails_that_test_at_setup_naming_it(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile("""
@@ -224,8 +224,11 @@ def test_a_bad_stub_option_in_a_marker_is_a_usage_error_naming_the_test(
             pass
     """)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", timeout=60)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*::test_typo: Bad stub option itl_ms: expected a number*"])
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "*::test_typo: bad @pytest.mark.wedge",
+        "*Bad stub option itl_ms: expected a number*",
+    ])  # fmt: skip
     assert_no_crash(result.stdout.str() + result.stderr.str())
 
 
@@ -276,8 +279,10 @@ def test_what_cannot_start_or_does_not_exist_is_explained_without_leaks(
         ],
         [
             "*ERROR at setup of test_unknown_runtime*",
-            "ConfigError: Unknown runtime 'dokcer'",
-            "  known runtimes: process, docker",
+            "test_inner.py::test_unknown_runtime: bad @pytest.mark.wedge",
+            "Bad value for wedge_runtime: 'dokcer'",
+            "  from: marker",
+            "  expected one of: process, docker",
         ],
         [
             "*test_inner.py:*: in test_unknown_link",

@@ -16,8 +16,8 @@ from pytest_wedge.topology.spec import TopologySpec
 def test_committed_compose_files_equal_a_fresh_render() -> None:
     for name, text in render().items():
         path = COMPOSE_DIR / name
-        assert path.is_file(), f"{path} is missing: run `python -m pytest_wedge.topology.compose`"
-        assert path.read_text() == text, f"{path} is stale: run `python -m pytest_wedge.topology.compose`"
+        assert path.is_file(), f"{path} is missing: run `python -m pytest_wedge.compose`"
+        assert path.read_text() == text, f"{path} is stale: run `python -m pytest_wedge.compose`"
 
 
 @pytest.mark.timeout(30)
@@ -28,6 +28,15 @@ def test_every_link_has_a_fixed_proxy_below_the_ephemeral_range() -> None:
     assert [p["name"] for p in proxies] == [link.proxy_name for link in spec.links(ports)]
     every = [*ports.all_ports(), api, *listen.values()]
     assert len(set(every)) == len(every) and max(every) < 32768
+
+
+@pytest.mark.timeout(30)
+def test_the_compose_file_reads_back_as_the_model() -> None:
+    import yaml
+
+    from pytest_wedge.topology.compose import compose_model
+
+    assert yaml.safe_load(render()["docker-compose.yml"]) == compose_model(TopologySpec())
 
 
 @pytest.mark.timeout(60)
