@@ -100,8 +100,9 @@ def render(spec: TopologySpec | None = None, base: int = BASE_PORT) -> dict[str,
     _, api, listen = plan(spec, base)
     header = (_HEADER + f"# Toxiproxy API: http://{LOOPBACK}:{api}  "
               f"clients: http://{LOOPBACK}:{listen['client->router']}\n")  # fmt: skip
+    model = yaml.safe_dump(compose_model(spec, base), sort_keys=False, width=100)
     return {
-        "docker-compose.yml": header + yaml.safe_dump(compose_model(spec, base), sort_keys=False, width=100),
+        "docker-compose.yml": header + model,
         "toxiproxy.json": json.dumps(toxiproxy_config(spec, base), indent=2) + "\n",
     }
 
