@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios test lint bench soak docker-up docker-down clean
+.PHONY: install system-deps scenarios test lint bench soak stress docker-up docker-down clean
 
 install: $(VENV)/.installed $(TOXIPROXY)
 
@@ -25,13 +25,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-# Toxiproxy is built from its Go module; -X makes /version report the real version.
-$(TOXIPROXY):
-	mkdir -p bin/.gobin
-	GOBIN=$(CURDIR)/bin/.gobin GOFLAGS=-mod=mod go install \
-	  -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=$(TOXIPROXY_VERSION)" \
-	  github.com/Shopify/toxiproxy/v2/cmd/server@v$(TOXIPROXY_VERSION)
-	mv bin/.gobin/server $(TOXIPROXY)
+# Toxiproxy v$(TOXIPROXY_VERSION) through the command pip users have too: built from its Go
+# module with `go install` (-X makes /version report the real version) when Go is on PATH,
+# otherwise the release binary, checked against its pinned SHA-256.
+$(TOXIPROXY): | $(VENV)/.installed
+	$(BIN)/pytest-wedge install-toxiproxy --dest bin
 	$(TOXIPROXY) -version
 
 # The main job: the scenario catalog on the process runtime.
@@ -61,6 +59,10 @@ bench: install
 # The catalog SOAK_ROUNDS times (default 10): pass rate and time-to-clear spread per scenario.
 soak: install
 	$(BIN)/python -m bench.soak
+
+# The catalog 5 times under -n 4 with three busy loops, then the suite with one busy loop.
+stress: install
+	scripts/stress.sh
 
 clean:
 	rm -rf $(VENV) bin .wedge-artifacts *.egg-info

@@ -52,3 +52,12 @@ class ComponentStartError(WedgeError):
 
 class PortInUseError(ComponentStartError):
     """A port chosen for a component is already taken by another program."""
+
+
+class AlreadyRunningError(ComponentStartError):
+    """``start`` of a name whose component is still running: the first one would be orphaned."""
+
+
+class ComponentControlError(WedgeError):
+    """A runtime action (stop, kill, pause, resume) on a component failed, so a fault or a
+    teardown did not take effect."""

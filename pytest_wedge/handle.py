@@ -16,10 +16,13 @@ from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults.base import Fault, FaultSet
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.executions import Execution, count_executions
+from pytest_wedge.load.executions import assert_executed_once as _assert_executed_once
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.watchdogs.clearing import ClearCheck, expect_cleared
 from pytest_wedge.watchdogs.kinds import Watchdog
+from pytest_wedge.watchdogs.quiet import QuietCheck, expect_quiet
 
 if TYPE_CHECKING:
     from pytest_wedge.diagnostics import Diagnosis
@@ -111,6 +114,21 @@ class Wedge:
                 ledgers[name] = stub.ledger()
         return ledgers
 
+    def executions(self, origin: str = "harness") -> list[Execution]:
+        """Per request id of ``origin``: the router's attempts (one per bootstrap room), the
+        workers that ran each one, how many executed (a decode generated tokens) and how many
+        ran to completion. See :mod:`pytest_wedge.load.executions`."""
+        ledgers = self.worker_ledgers()
+        return count_executions(self.ledger.by_origin(origin), ledgers, origin=origin)
+
+    def assert_executed_once(self, origin: str = "harness") -> list[Execution]:
+        """No request id of ``origin`` was executed by more than one attempt; otherwise a
+        :class:`~pytest_wedge.load.executions.DuplicateExecutionError` names the request ids
+        with their attempts, rooms and workers. Returns the executions when it holds."""
+        executions = self.executions(origin)
+        _assert_executed_once(executions, origin)
+        return executions
+
     def metric(self, component: str, name: str, **labels: str) -> float:
         """A metric of a stub (SGLang names) or of the router (``component="router"``).
 
@@ -149,6 +167,20 @@ class Wedge:
         return expect_cleared(self, within_s=within_s, origin=origin, watchdogs=watchdogs,
                               require_recovery=require_recovery,
                               overdue_after_s=overdue_after_s)  # fmt: skip
+
+    def expect_quiet(
+        self,
+        *,
+        within_s: float,
+        watchdogs: Sequence[Watchdog] = (),
+        origin: str = "harness",
+    ) -> contextlib.AbstractContextManager[QuietCheck]:
+        """``with wedge.expect_quiet(within_s=10, watchdogs=[...]): <start healthy load>``:
+        no watchdog fires and no healthy request is cut, errored or retried.
+
+        See :func:`pytest_wedge.watchdogs.quiet.expect_quiet`.
+        """
+        return expect_quiet(self, within_s=within_s, watchdogs=watchdogs, origin=origin)
 
     # -- teardown ------------------------------------------------------------------------------
     def stop_loads(self) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.glue import hookspecs
+from pytest_wedge.glue import console, hookspecs
 from pytest_wedge.glue import items as scenario_items
 from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.glue.state import (
@@ -32,6 +32,7 @@ from pytest_wedge.glue.state import (
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
     from pytest_wedge.topology.session import WedgeSession
+    from pytest_wedge.topology.spec import TopologySpec
 
 WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
 
@@ -69,8 +70,20 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return None
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    return scenario_items.collect_file(file_path, parent)
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """The scenario catalog joins the session's collection as ``wedge-scenarios::NAME``."""
+    report: pytest.CollectReport = yield  # type: ignore[assignment]
+    scenario_items.add_catalog(collector, report)
+    return report  # type: ignore[return-value]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Runtime, router, Toxiproxy (path and version) and the artifacts folder."""
+    try:
+        return console.header_lines(config)
+    except Exception as exc:  # the header must never stop a run
+        return [f"wedge: (the header failed: {exc!r})"]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -83,8 +96,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Check the binaries once, up front, when any collected test needs a topology.
 
     A bad ``wedge`` marker is not checked here: it fails its own test at setup (see the
-    ``wedge`` fixture), so one typo does not stop the whole run.
+    ``wedge`` fixture), so one typo does not stop the whole run. ``--collect-only`` runs
+    nothing, so it needs no binaries.
     """
+    if config.option.collectonly:
+        return
     for item in items:
         if WEDGE_FIXTURES & set(getattr(item, "fixturenames", ())) or isinstance(
             item, scenario_items.ScenarioItem
@@ -110,7 +126,7 @@ def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedg
 
     def make(**kwargs: Any) -> Wedge:
         parsed = marker_args(item, (), kwargs, what="wedge_factory(...)")
-        return open_handle(item, parsed.spec, parsed.runtime)
+        return _open(item, parsed.spec, parsed.runtime)
 
     yield make
     close_handles(item)
@@ -126,7 +142,14 @@ def wedge(request: pytest.FixtureRequest, wedge_factory: Callable[..., Wedge]) -
     if marker is None:
         return wedge_factory()
     parsed = marker_args(request.node, marker.args, marker.kwargs, what="@pytest.mark.wedge")
-    return open_handle(request.node, parsed.spec, parsed.runtime)
+    return _open(request.node, parsed.spec, parsed.runtime)
+
+
+def _open(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
+    """``open_handle``, saying on the terminal what it waits for when that takes a while."""
+    what = console.describe_bring_up(item.config, spec.prefill, spec.decode, runtime)
+    with console.bring_up(item.config, what):
+        return open_handle(item, spec, runtime)
 
 
 @pytest.hookimpl(wrapper=True)

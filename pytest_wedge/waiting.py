@@ -1,14 +1,70 @@
-"""One polling loop with one deadline, for tests and watchdog checks (never a bare sleep)."""
+"""The one polling loop of the package: a predicate, one deadline, one interval.
+
+``poll`` is the primitive; ``wait_for`` (a test waiting for a condition), ``observe`` (sampling
+over a window), the runtime's readiness wait and ``expect_cleared`` are all built on it, so
+they agree on what a deadline means: the predicate always runs at least once, and a poll that
+times out has run it once more at the deadline itself, never giving up on a look taken
+before the deadline.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from pytest_wedge.errors import WedgeError
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where ``poll`` reads the time and sleeps; tests pass a fake one to run without waiting."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+MONOTONIC = Clock()
+
+
+@dataclass(frozen=True)
+class Polled(Generic[T]):
+    """How a poll ended: the predicate's last value, whether it was truthy, and the cost."""
+
+    value: T
+    met: bool
+    checks: int
+    elapsed_s: float
+
+
+def poll(
+    predicate: Callable[[], T],
+    *,
+    timeout_s: float,
+    interval_s: float,
+    clock: Clock = MONOTONIC,
+) -> Polled[T]:
+    """Run ``predicate`` every ``interval_s`` until it returns something truthy or
+    ``timeout_s`` has passed; exceptions from ``predicate`` propagate at once.
+
+    A timed-out poll's last check started at or after the deadline: a condition that holds by
+    then is seen, however long earlier checks took. Sleeps never overshoot the deadline.
+    """
+    started = clock.now()
+    deadline = started + timeout_s
+    checks = 0
+    while True:
+        checked_at = clock.now()
+        value = predicate()
+        checks += 1
+        if value:
+            return Polled(value, True, checks, clock.now() - started)
+        if checked_at >= deadline:
+            return Polled(value, False, checks, clock.now() - started)
+        clock.sleep(max(0.0, min(interval_s, deadline - clock.now())))
 
 
 class WaitTimeout(WedgeError, AssertionError):
@@ -22,31 +78,37 @@ def wait_for(
     what: str,
     interval_s: float = 0.02,
     describe: Callable[[], str] | None = None,
+    clock: Clock = MONOTONIC,
 ) -> T:
     """Poll ``condition`` until it returns something truthy; return that value.
 
     On timeout, raise :class:`WaitTimeout` naming ``what`` was awaited and, if given, the
     state ``describe()`` reports at that moment.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            facts = {"waited": f"{timeout_s:.1f} s"}
-            if describe is not None:
-                facts["last seen"] = describe()
-            raise WaitTimeout(f"Timed out waiting for {what}", facts=facts,
-                              fix="see the wedge report for where requests are held")  # fmt: skip
-        time.sleep(interval_s)
+    polled = poll(condition, timeout_s=timeout_s, interval_s=interval_s, clock=clock)
+    if polled.met:
+        return polled.value
+    facts = {"waited": f"{timeout_s:.1f} s", "checks": polled.checks}
+    if describe is not None:
+        facts["last seen"] = describe()
+    raise WaitTimeout(f"Timed out waiting for {what}", facts=facts,
+                      fix="see the wedge report for where requests are held")  # fmt: skip
 
 
-def observe(sample: Callable[[], T], *, for_s: float, interval_s: float = 0.05) -> list[T]:
-    """Sample ``sample`` repeatedly over a fixed observation window (a measurement, not a wait)."""
+def observe(
+    sample: Callable[[], T],
+    *,
+    for_s: float,
+    interval_s: float = 0.05,
+    clock: Clock = MONOTONIC,
+) -> list[T]:
+    """Sample ``sample`` every ``interval_s`` over a fixed window of ``for_s`` (a measurement,
+    not a wait): from the window's start up to and including its end."""
     values: list[T] = []
-    end = time.monotonic() + for_s
-    while time.monotonic() < end:
+
+    def take_sample() -> bool:
         values.append(sample())
-        time.sleep(interval_s)
+        return False  # never "met": the window always runs to its end
+
+    poll(take_sample, timeout_s=for_s, interval_s=interval_s, clock=clock)
     return values

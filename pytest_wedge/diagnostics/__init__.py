@@ -1,23 +1,59 @@
-"""Diagnostics: the locator (pure), the diagnosis, and the artifacts (JSON, timeline).
+"""Diagnostics: two locators (blind and oracle), the diagnosis, and the artifacts.
 
-``diagnose(scene)`` answers "where is the wedge" for one origin: it collects a snapshot of
-everything observable (``pytest_wedge.evidence``) and hands it to the pure locator.
+``diagnose(scene)`` answers "where is the wedge" for one origin. It collects a snapshot
+(``pytest_wedge.evidence``) and hands its observed part to the blind locator, which sees only
+what an operator of a real deployment sees. The oracle, today's ledger walk over the ground
+truth (stub ledgers, toxics, the runtime's view), scores it: when the two disagree the
+diagnosis carries the oracle's answer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Literal
 
 from pytest_wedge.diagnostics.artifacts import write_artifacts
+from pytest_wedge.diagnostics.blind import locate_blind
 from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
 from pytest_wedge.diagnostics.locator import locate
 from pytest_wedge.diagnostics.timeline import render_timeline
+from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.evidence.stacks import dump_stacks
 
 if TYPE_CHECKING:
     from pytest_wedge.scene import Scene
+
+Locator = Literal["blind", "oracle"]
+DEFAULT_LOCATOR: Locator = "blind"
+# Without a fault-window start, link traffic and router counters are compared over this span.
+TRAFFIC_WINDOW_S = 3.0
+
+
+def judge(
+    snapshot: Snapshot,
+    origin: str = "harness",
+    overdue_after_s: float = 1.0,
+    *,
+    window_s: float = 10.0,
+    since: float | None = None,
+    locator: Locator = DEFAULT_LOCATOR,
+    oracle: bool = True,
+) -> Diagnosis:
+    """Locate on a collected snapshot: the ``locator``'s answer, with the oracle's attached
+    when ``oracle`` and the two disagree."""
+    if locator == "oracle" or snapshot.observed is None:
+        return locate(snapshot, origin, overdue_after_s, window_s, since=since)
+    blind = locate_blind(snapshot.observed, origin, overdue_after_s, window_s=window_s,
+                         since=since)  # fmt: skip
+    if oracle and snapshot.components:  # the ground truth was read
+        truth = locate(snapshot, origin, overdue_after_s, window_s, since=since)
+        blind.watchdogs = truth.watchdogs  # the stubs' own firings: for the report, not the locator
+        if truth.location != blind.location:
+            blind.oracle = {"location": truth.location, "headline": truth.headline(),
+                            "stuck": truth.stuck, "evidence": truth.evidence[:6]}  # fmt: skip
+    return blind
 
 
 def diagnose(
@@ -27,27 +63,42 @@ def diagnose(
     *,
     window_s: float = 10.0,
     probe: Probe | None = None,
+    since: float | None = None,
+    locator: Locator = DEFAULT_LOCATOR,
+    oracle: bool = True,
 ) -> Diagnosis:
     """Collect a snapshot of ``scene``'s topology and locate ``origin``'s wedge.
 
     ``scene`` is anything with a ``topology`` and a client ``ledger`` (the ``wedge`` handle
-    is one). With a running ``probe`` its latest sample is the earlier point of the
-    per-origin token rates, which saves a second read of the stubs.
+    is one; its ``probe``, if any, is used). The probe's samples give the earlier points of
+    counters and link traffic, which saves a second read. ``since`` is the start of the
+    current fault window (e.g. the latest ``FaultWindow.started``): failures that ended before
+    it do not outvote requests stuck now. ``oracle=False`` skips the ground truth (faster).
     """
-    before = probe.latest(min_age_s=0.2) if probe is not None else None
-    snapshot = collect(scene.topology, scene.ledger, before=before)
-    return locate(snapshot, origin=origin, overdue_after_s=overdue_after_s, window_s=window_s)
+    probe = probe if probe is not None else getattr(scene, "probe", None)
+    start = since if since is not None else time.time() - max(TRAFFIC_WINDOW_S,
+                                                               3 * overdue_after_s)
+    before = probe.latest_slow(min_age_s=0.2) if probe is not None else None
+    window = probe.slow_before(start) if probe is not None else None
+    truth = locator == "oracle" or oracle
+    snapshot = collect(scene.topology, scene.ledger, before=before, window=window, truth=truth)
+    return judge(snapshot, origin, overdue_after_s, window_s=window_s, since=since,
+                 locator=locator, oracle=oracle)  # fmt: skip
 
 
 __all__ = [
+    "DEFAULT_LOCATOR",
     "Diagnosis",
+    "Observed",
     "Probe",
     "RequestDetail",
     "Snapshot",
     "collect",
     "diagnose",
     "dump_stacks",
+    "judge",
     "locate",
+    "locate_blind",
     "render_timeline",
     "write_artifacts",
 ]

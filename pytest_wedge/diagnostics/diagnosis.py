@@ -11,6 +11,9 @@ LOCATIONS_DOC = (
     "client, client->router, router, router->prefill-i, prefill-i, decode-j->prefill-i, "
     "router->decode-j, decode-j, or none"
 )
+# certain: direct observation decided it; likely: inference by elimination; unknown: the best
+# guess, with no evidence to back it. "certain and wrong" is the defect the bench counts.
+CONFIDENCES = ("certain", "likely", "unknown")
 
 
 @dataclass
@@ -31,7 +34,13 @@ class RequestDetail:
 
 @dataclass
 class Diagnosis:
-    """``location`` is one hop (see :data:`LOCATIONS_DOC`); ``stuck`` is {hop: {origin: n}}."""
+    """``location`` is one hop (see :data:`LOCATIONS_DOC`); ``stuck`` is {hop: {origin: n}}.
+
+    ``locator`` says who answered: ``blind`` (from what an operator observes) or ``oracle``
+    (the ledger walk over ground truth). ``confidence`` is one of :data:`CONFIDENCES`;
+    ``decided_by`` holds the evidence lines that decided the location and ``ruled_out`` the
+    competing hypotheses with why. ``oracle`` holds the oracle's answer when it disagrees.
+    """
 
     location: str
     origin: str
@@ -45,6 +54,12 @@ class Diagnosis:
     overdue_after_s: float = 1.0
     watchdogs: list[dict[str, Any]] = field(default_factory=list)
     unanswered: dict[str, str] = field(default_factory=dict)
+    confidence: str = "certain"
+    decided_by: list[str] = field(default_factory=list)
+    ruled_out: list[str] = field(default_factory=list)
+    locator: str = "oracle"
+    window_start: float | None = None
+    oracle: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -74,12 +89,26 @@ class Diagnosis:
         if self.healthy:
             return (f"no wedge: none of {self.total} {self.origin} requests is overdue "
                     f"(> {self.overdue_after_s:g} s) or failed recently")  # fmt: skip
-        return (f"wedge located at {self.location}: {self.wedged} of {self.total} "
+        sure = f" ({self.confidence})" if self.locator == "blind" else ""
+        return (f"wedge located at {self.location}{sure}: {self.wedged} of {self.total} "
                 f"{self.origin} requests wedged")  # fmt: skip
+
+    def disagrees(self) -> bool:
+        return self.oracle is not None and self.oracle.get("location") != self.location
 
     def render(self, *, max_requests: int = 10) -> str:
         """Text for the terminal and the report section."""
         lines = [self.headline()]
+        if self.decided_by:
+            lines.append(f"decided by ({self.confidence}):")
+            lines += [f"  - {fact}" for fact in self.decided_by]
+        if self.ruled_out:
+            lines.append("ruled out:")
+            lines += [f"  - {why}" for why in self.ruled_out]
+        if self.disagrees():
+            assert self.oracle is not None
+            lines.append(f"the oracle (ground truth: stub ledgers, faults) says "
+                         f"{self.oracle.get('location')}: {self.oracle.get('headline', '')}")
         if self.evidence:
             lines.append("evidence:")
             lines += [f"  - {fact}" for fact in self.evidence]

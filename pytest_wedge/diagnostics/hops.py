@@ -21,6 +21,7 @@ CONNECT_ERRORS = ("ConnectError", "onnection refused", "All connection attempts 
 BROKEN_CONNECTION = (*CONNECT_ERRORS, "RemoteProtocolError", "ReadError", "WriteError",
                      "Server disconnected", "onnection reset")  # fmt: skip
 FAILED = frozenset({"error", "timeout", "unknown"})
+RESTART_SLACK_S = 2.0  # a component this fresh was still starting when the request came
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,9 @@ def describe_link(info: dict[str, Any]) -> str | None:
 class Context:
     """The snapshot indexed for the walk: entries by request id, faulty links, silent parts."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, since: float | None = None) -> None:
         self.snapshot = snapshot
+        self.since = since
         self.prefill: dict[str, list[Seen]] = {}
         self.decode: dict[str, list[Seen]] = {}
         for component, entries in snapshot.ledgers.items():
@@ -85,6 +87,16 @@ class Context:
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
         self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
         self.router_silent = "router metrics" in snapshot.unanswered
+        started = snapshot.observed.started if snapshot.observed is not None else {}
+        self.started: dict[str, float] = dict(started)
+
+    def restarted(self, record: dict[str, Any], names: list[str]) -> str | None:
+        """The first of ``names`` whose process started after ``record`` was sent, or so
+        shortly before it that it was still coming up: its ledger (and the request with it)
+        is gone, or it was not ready to take it."""
+        sent = float(record.get("sent") or record.get("created") or 0.0)
+        after = self.since if self.since is not None else sent - RESTART_SLACK_S
+        return next((n for n in names if self.started.get(n, 0.0) > after), None)
 
     def latest(self, index: dict[str, list[Seen]], request_id: str) -> Seen | None:
         # smg retries send the same request id with a new room: the last attempt is the live one.
@@ -125,9 +137,11 @@ def _decode_stage(seen: Seen) -> str:
     return "waiting for KV"
 
 
-def _back_to_client(ctx: Context, decode: str) -> Hold:
-    """The decode finished; the bytes were lost on the way back."""
-    hop = ctx.suspect([f"router->{decode}", "router", "client->router"])
+def _back_to_client(ctx: Context, decode: str, prefill: str | None) -> Hold:
+    """The decode finished; the bytes were lost on the way back (or the router still waits for
+    the prefill's answer, which it needs before it answers the client)."""
+    first = [f"router->{prefill}"] if prefill else []
+    hop = ctx.suspect([*first, f"router->{decode}", "router", "client->router"])
     if hop is None and ctx.router_silent:
         hop = "router"
     if hop is not None:
@@ -143,7 +157,8 @@ def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
     if hop is None and ctx.router_silent:
         hop = "router"
     if hop is None:
-        hop = ctx.suspect(sorted(ctx.silent)) or ctx.suspect(router_links) or "router"
+        hop = (ctx.restarted(record, ctx.snapshot.workers) or ctx.suspect(sorted(ctx.silent))
+               or ctx.suspect(router_links) or "router")  # fmt: skip
     what = "no worker ledger has it"
     if record.get("first_byte") is not None:
         what = "a response head came back but no worker ledger has it"
@@ -159,15 +174,24 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if failed and any(c in error for c in CONNECT_ERRORS):
             return Hold("client", "client->router", f"could not connect: {error[:80]}")
         return Hold("client", "client", "never left the client (waiting for a connection)")
-    if failed and any(c in error for c in BROKEN_CONNECTION):
+    if failed and not error.startswith("HTTP ") and any(c in error for c in BROKEN_CONNECTION):
         # The worker ledgers only show where the request was when its connection was cut
         # (the router then aborts both legs); the cut itself is the client<->router hop's.
-        cut = ctx.suspect(["client->router", "router"])
+        cut = ctx.restarted(record, ["router"]) or ctx.suspect(["client->router", "router"])
         if cut is None:
             cut = "router" if ctx.router_silent else "client->router"
         return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")
-    p = ctx.latest(ctx.prefill, request_id)
+    if failed and "no_available_workers" in error:
+        # The last attempt never left the router: it refused (breakers open or workers marked
+        # unhealthy). Earlier attempts in the ledgers only say why the breakers opened.
+        hop = ctx.suspect(hop_order(ctx.snapshot)[3:]) or "router"
+        return Hold("router (refused)", hop, f"the router refused it: {error[:60]}")
     d = ctx.latest(ctx.decode, request_id)
+    p = ctx.latest(ctx.prefill, request_id)
+    if d is not None and d.entry.get("room") is not None:
+        # The prefill leg of the decode's own attempt (same room), not an earlier attempt's.
+        p = next((s for s in ctx.prefill.get(request_id, [])
+                  if s.entry.get("room") == d.entry.get("room")), None)
     if p is None and d is None:
         return _no_worker(ctx, record)
     if d is None:
@@ -176,11 +200,14 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if stage in ("queued", "prefilling") and p.state not in ("ok",):
             return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
         decodes = ctx.snapshot.decode
-        lost = ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)]) or "router"
+        lost = (ctx.restarted(record, decodes)
+                or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)]) or "router")
         return Hold(f"{p.component} ({stage})", lost,
                     f"{p.component} has the KV ({p.state}); no decode ledger has the request")
     stage = _decode_stage(d)
     where = f"{d.component} ({stage})"
+    if d.state == "error" and "prefill answered" in str(d.entry.get("error") or "") and p:
+        return Hold(where, p.component, f"{p.component}'s bootstrap server refused the KV fetch")
     if stage == "waiting for KV":
         if p is None:
             prefills = ctx.snapshot.prefill
@@ -188,14 +215,17 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
             return Hold(where, gap,
                         f"{d.component} waits for KV; no prefill ledger has the request")
         pstage = _prefill_stage(p)
+        link = f"{d.component}->{p.component}"
+        if d.state == "error":  # the decode gave up on the transfer: it failed on the link
+            return Hold(where, link, f"{d.component} failed the KV transfer: "
+                                     f"{str(d.entry.get('error'))[:60]}")  # fmt: skip
         if pstage in ("queued", "prefilling"):
             return Hold(f"{p.component} ({pstage})", p.component,
                         f"{p.component}: {pstage}; {d.component} waits for its KV")
-        link = f"{d.component}->{p.component}"
         return Hold(where, link, f"{p.component} KV {pstage} ({p.state}); "
                                  f"{d.component} still waits for it")  # fmt: skip
     if stage == "ok":
-        return _back_to_client(ctx, d.component)
+        return _back_to_client(ctx, d.component, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
     if d.tokens > client_tokens + 1 and record.get("state") == "pending":
         # The decode produced more than the client got: the bytes are stuck on the way back.
@@ -203,4 +233,9 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if back is not None:
             return Hold(where, back, f"{d.component} sent {d.tokens} tokens, client got "
                                     f"{client_tokens}")  # fmt: skip
+    if d.state in ("ok", "aborted", "error", "released") or failed:
+        # The decode let go of it (or the client did); what holds it is on the way back.
+        back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
+        if back is not None:
+            return Hold(where, back, f"{d.component} ended it ({d.state}); {back} shows trouble")
     return Hold(where, d.component, f"{d.component}: {stage}, state {d.state}")

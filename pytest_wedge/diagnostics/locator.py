@@ -1,9 +1,14 @@
-"""The locator: which hop holds the overdue requests of one origin. Pure: snapshot in, answer out.
+"""The oracle: which hop holds the overdue requests of one origin, read from the ground truth
+(stub ledgers, toxic configurations, the runtime's view). Pure: snapshot in, answer out.
 
-Rules, in order (see hops.py for the per-request walk):
-- The origin's *wedged* requests are those pending for longer than ``overdue_after_s`` and
-  those that ended in error, timeout or unknown within the last ``window_s`` (a link that is
-  down fails requests fast; they are wedged all the same).
+It scores the blind locator (:mod:`pytest_wedge.diagnostics.blind`), which reads only what an
+operator observes. Rules, in order (see hops.py for the per-request walk):
+- The origin's *wedged* requests are those pending for longer than ``overdue_after_s`` since
+  they were sent, and those that ended in error, timeout or unknown within the last
+  ``window_s`` and after ``since`` (a link that is down fails requests fast; they are wedged
+  all the same); without ``since``, failures that ended before the oldest request stuck now
+  was sent belong to an earlier window. A request that was never sent counts only when its
+  load's connection pool is exhausted: otherwise it is merely not sent yet.
 - Each wedged request is walked hop by hop over the joined client and worker ledgers; the
   location is the hop holding most of them (ties go to the upstream hop).
 - Activity is attributed to origins, never read in aggregate: tokens and active requests of
@@ -15,29 +20,22 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from pytest_wedge.diagnostics.blind.clientside import wedged
 from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
 from pytest_wedge.diagnostics.hops import Context, Hold, classify, hop_order
 from pytest_wedge.evidence.snapshot import Snapshot
 
-FAILED_STATES = frozenset({"error", "timeout", "unknown"})
 MAX_DETAILS = 500
 MIN_RATE_WINDOW_S = 0.15
 WHY_NOT_RUNNING = {"paused": "paused (SIGSTOP: TCP still accepts, nothing answers)",
                    "exited": "exited", "absent": "absent (not started)"}  # fmt: skip
 
 
-def wedged_records(snapshot: Snapshot, overdue_after_s: float, window_s: float
-                   ) -> list[dict[str, Any]]:  # fmt: skip
-    now = snapshot.taken_at
-    out = []
-    for r in snapshot.client:
-        if r.get("state") == "pending":
-            if now - float(r.get("created") or now) > overdue_after_s:
-                out.append(r)
-        elif (r.get("state") in FAILED_STATES and not r.get("cut_by_stop")
-              and now - float(r.get("finished") or 0.0) <= window_s):  # fmt: skip
-            out.append(r)
-    return out
+def wedged_records(snapshot: Snapshot, overdue_after_s: float, window_s: float,
+                   since: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The client ledger's wedged requests, read as the blind locator reads them (the client
+    is ours: both locators see the same client; they differ on the servers)."""
+    return wedged(snapshot.client, snapshot.taken_at, overdue_after_s, window_s, since).wedged
 
 
 def origin_rates(snapshot: Snapshot, component: str, window_s: float = 0.5) -> dict[str, float]:
@@ -156,11 +154,14 @@ def locate(
     origin: str = "harness",
     overdue_after_s: float = 1.0,
     window_s: float = 10.0,
+    *,
+    since: float | None = None,
 ) -> Diagnosis:
-    """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged)."""
-    ctx = Context(snapshot)
+    """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged);
+    failures that ended before ``since`` (the current fault window's start) are left out."""
+    ctx = Context(snapshot, since)
     order = {hop: i for i, hop in enumerate(hop_order(snapshot))}
-    everyone = wedged_records(snapshot, overdue_after_s, window_s)
+    everyone = wedged_records(snapshot, overdue_after_s, window_s, since)
     stuck: dict[str, dict[str, int]] = {}
     holds: list[tuple[dict[str, Any], Hold]] = []
     for record in everyone:

@@ -1,8 +1,11 @@
 """The probe: a background thread sampling every component on an interval, cheaply.
 
-A sample is a :class:`Snapshot` without ledgers (the expensive part): stub states and
-metrics, router metrics, Toxiproxy proxies and counters, component states. The bounded
-series feeds the timeline; the latest sample is the "before" point of per-origin rates.
+A sample is a :class:`Snapshot` without ledgers (the expensive part). Every tick reads the stub
+states and component states; every ``slow_every``-th tick (a *slow* sample) also reads what an
+operator sees: the engines' and the router's metrics and Toxiproxy's byte counters per link
+(never the toxic configuration). The bounded series feeds the timeline; the latest slow sample is
+the "before" point of rates, and the slow sample from before a wedge is the start of the
+window over which link traffic and router counters are compared.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, gather, sample_jobs
+from pytest_wedge.evidence.fetch import gather
+from pytest_wedge.evidence.observe import observed_jobs
+from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -36,6 +41,7 @@ class Probe:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._samples: deque[Snapshot] = deque(maxlen=maxlen)
+        self._slow: deque[Snapshot] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -54,19 +60,22 @@ class Probe:
         """Take one sample now (also what the thread does each tick)."""
         started = time.time()
         snapshot = empty_snapshot(self.topology)
-        jobs, timeouts = sample_jobs(
-            self.topology, self.timeout_s, ledgers=False,
-            ledger_timeout_s=self.timeout_s, full=False,
-        )  # fmt: skip
-        if self._ticks % self.slow_every:
-            jobs.pop("router metrics", None)
-            jobs.pop("toxiproxy", None)
+        slow = not self._ticks % self.slow_every
         self._ticks += 1
+        jobs, timeouts = truth_jobs(self.topology, self.timeout_s, ledgers=False,
+                                    ledger_timeout_s=self.timeout_s, toxics=False)  # fmt: skip
+        if slow:
+            more, more_timeouts = observed_jobs(self.topology, self.timeout_s, extras=False)
+            jobs, timeouts = jobs | more, timeouts | more_timeouts
         results, failed = gather(jobs, timeouts, self._pool)
-        fill(snapshot, self.topology, results)
-        snapshot.unanswered = failed
+        fill(snapshot, self.topology, results, failed)
         snapshot.taken_at = time.time()
+        assert snapshot.observed is not None
+        snapshot.observed.taken_at = snapshot.taken_at
         snapshot.collect_s = snapshot.taken_at - started
+        if slow:
+            with self._lock:
+                self._slow.append(snapshot)
         return snapshot
 
     def _run(self) -> None:
@@ -101,6 +110,19 @@ class Probe:
                 if snapshot.taken_at <= cutoff:
                     return snapshot
         return None
+
+    def latest_slow(self, min_age_s: float = 0.0) -> Snapshot | None:
+        """The newest slow sample (engine, router and link counters) at least ``min_age_s``
+        old."""
+        cutoff = time.time() - min_age_s
+        with self._lock:
+            return next((s for s in reversed(self._slow) if s.taken_at <= cutoff), None)
+
+    def slow_before(self, at: float) -> Snapshot | None:
+        """The newest slow sample taken at or before ``at``, else the oldest one kept."""
+        with self._lock:
+            found = next((s for s in reversed(self._slow) if s.taken_at <= at), None)
+            return found or (self._slow[0] if self._slow else None)
 
     def samples(self) -> list[Snapshot]:
         with self._lock:

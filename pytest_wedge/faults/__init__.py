@@ -1,6 +1,16 @@
-"""Faults: network (Toxiproxy toxics), component (runtime actions), engine (stub behaviours)."""
+"""Faults: network (Toxiproxy toxics), component (runtime actions), engine (stub behaviours).
 
-from pytest_wedge.faults.base import Fault, FaultSet, FaultWindow
+Every concrete fault is registered by name (``FAULT_REGISTRY``); ``@register`` adds one.
+"""
+
+from pytest_wedge.faults.base import (
+    Fault,
+    FaultSet,
+    FaultWindow,
+    ScheduledError,
+    ScheduledFaultError,
+    TargetAlias,
+)
 from pytest_wedge.faults.component import (
     ComponentFault,
     CoRestart,
@@ -19,6 +29,8 @@ from pytest_wedge.faults.engine import (
     SlowTokens,
     StallAfterTokens,
     StallBeforeFirstToken,
+    StallBootstrap,
+    StallKvTransfer,
 )
 from pytest_wedge.faults.network import (
     Bandwidth,
@@ -31,8 +43,10 @@ from pytest_wedge.faults.network import (
     Timeout,
     Toxic,
 )
+from pytest_wedge.faults.registry import FAULT_REGISTRY, register
 
 __all__ = [
+    "FAULT_REGISTRY",
     "Bandwidth",
     "CoRestart",
     "ComponentFault",
@@ -52,12 +66,18 @@ __all__ = [
     "RefuseBootstrap",
     "ResetPeer",
     "Restart",
+    "ScheduledError",
+    "ScheduledFaultError",
     "Serialize",
     "Slicer",
     "SlowClose",
     "SlowTokens",
     "StallAfterTokens",
     "StallBeforeFirstToken",
+    "StallBootstrap",
+    "StallKvTransfer",
+    "TargetAlias",
     "Timeout",
     "Toxic",
+    "register",
 ]  # fmt: skip

@@ -7,24 +7,42 @@ is idempotent, and every fault still active is reverted at teardown by :class:`F
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
+
+from pytest_wedge.errors import WedgeError
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
+# Per process; a topology (its proxies and stubs) never outlives the process that made it.
+_instance_ids = itertools.count(1)
 
+
+def _next_instance_id() -> int:
+    return next(_instance_ids)
+
+
+@dataclass(frozen=True)
 class Fault(ABC):
-    """One injectable failure. Subclasses are ``@dataclass(frozen=True)``."""
+    """One injectable failure. Subclasses are ``@dataclass(frozen=True)``.
 
-    @property
-    @abstractmethod
-    def target(self) -> str:
-        """The component or link this fault acts on (what a diagnosis should name)."""
+    ``target`` is the component or link it acts on, as the topology names it: ``router``,
+    ``prefill-0``, ``decode-1``, ``client->router``, ``decode-0->prefill-0``.
+    ``instance_id`` tells two equal faults apart where they live side by side (toxic names,
+    stub fault names); it takes no part in equality, so ``Pause("router") == Pause("router")``.
+    """
+
+    target: str
+    instance_id: int = field(
+        default_factory=_next_instance_id, init=False, compare=False, repr=False
+    )
 
     @abstractmethod
     def apply(self, topology: Topology) -> None: ...
@@ -36,6 +54,28 @@ class Fault(ABC):
         return f"{type(self).__name__} on {self.target}"
 
 
+class TargetAlias:
+    """A deprecated spelling of ``target`` (``link``, ``component``, ``decode``).
+
+    Declared on a fault family (``link = TargetAlias("link")``). Reading it warns and returns
+    ``target``; :func:`pytest_wedge.faults.registry.register` also accepts it as a keyword.
+    """
+
+    def __init__(self, keyword: str) -> None:
+        self.keyword = keyword
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> TargetAlias: ...
+    @overload
+    def __get__(self, obj: Fault, owner: type | None = None) -> str: ...
+    def __get__(self, obj: Fault | None, owner: type | None = None) -> TargetAlias | str:
+        if obj is None:
+            return self  # class access: lets the registry find the aliases
+        warnings.warn(f"{type(obj).__name__}.{self.keyword} is deprecated; read .target",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        return obj.target
+
+
 @dataclass
 class FaultWindow:
     """When a fault was active, in wall-clock seconds (for the timeline and the diagnosis)."""
@@ -45,19 +85,65 @@ class FaultWindow:
     ended: float | None = None
 
 
+@dataclass(frozen=True)
+class ScheduledError:
+    """A scheduled apply or revert that raised in its timer thread."""
+
+    fault: Fault
+    action: str  # "apply" or "revert"
+    at_s: float  # seconds after schedule() was called
+    error: BaseException
+
+    def __str__(self) -> str:
+        return (f"scheduled {self.action} of {self.fault.describe()} at +{self.at_s:g} s "
+                f"failed: {type(self.error).__name__}: {self.error}")  # fmt: skip
+
+
+class ScheduledFaultError(WedgeError):
+    """A fault scheduled with ``FaultSet.schedule`` could not be applied or reverted."""
+
+    def __init__(self, errors: list[ScheduledError]) -> None:
+        self.errors = errors
+        super().__init__(
+            f"{len(errors)} scheduled fault action(s) failed in the background",
+            facts={f"error {i}": str(e) for i, e in enumerate(errors, 1)},
+            fix="check the fault's target and arguments; the first error's traceback is chained",
+        )
+        self.__cause__ = errors[0].error
+
+
+# Long enough for a scheduled Restart to finish, short enough that a stuck one is reported.
+JOIN_TIMEOUT_S = 60.0
+
+
 @dataclass
 class FaultSet:
-    """The faults applied to one topology during one test."""
+    """The faults applied to one topology during one test.
+
+    Scheduled applies and reverts run on timer threads. An error there is recorded and
+    surfaces in the test's own thread: the next :meth:`apply` or :meth:`active_faults` raises
+    it as :class:`ScheduledFaultError`, and until it has been raised :meth:`revert_all` (which
+    teardown calls) returns it with the revert errors.
+    """
 
     topology: Topology
     windows: list[FaultWindow] = field(default_factory=list)
     _timers: list[threading.Timer] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    _scheduled_errors: list[ScheduledError] = field(default_factory=list)
+    _raised: int = 0  # how many of _scheduled_errors the test thread has seen raised
+    # The thread that made the set runs the test; watchdog threads also call apply(), and an
+    # error raised there would be swallowed by the watchdog instead of failing the test.
+    _owner: int = field(default_factory=threading.get_ident)
 
     def apply(self, fault: Fault) -> Fault:
+        self._raise_scheduled_errors()
+        self._apply(fault)
+        return fault
+
+    def _apply(self, fault: Fault) -> None:
         with self._lock:
-            window = FaultWindow(fault, time.time())
-            self.windows.append(window)
+            self.windows.append(FaultWindow(fault, time.time()))
         try:
             fault.apply(self.topology)
         except BaseException:
@@ -65,7 +151,6 @@ class FaultSet:
             with contextlib.suppress(Exception):
                 self.revert(fault)
             raise
-        return fault
 
     def revert(self, fault: Fault) -> None:
         with self._lock:
@@ -85,27 +170,69 @@ class FaultSet:
 
     def schedule(self, fault: Fault, *, at_s: float = 0.0, for_s: float | None = None) -> None:
         """Apply ``fault`` ``at_s`` seconds from now and revert it ``for_s`` seconds later."""
-        start = threading.Timer(at_s, self.apply, args=(fault,))
-        start.daemon = True
-        self._timers.append(start)
-        start.start()
+        self._start_timer(at_s, "apply", fault, self._apply)
         if for_s is not None:
-            stop = threading.Timer(at_s + for_s, self.revert, args=(fault,))
-            stop.daemon = True
-            self._timers.append(stop)
-            stop.start()
+            self._start_timer(at_s + for_s, "revert", fault, self.revert)
+
+    def _start_timer(self, at_s: float, action: str, fault: Fault,
+                     run: Callable[[Fault], None]) -> None:  # fmt: skip
+        def guarded() -> None:
+            try:
+                run(fault)
+            except Exception as exc:  # a timer thread has nobody to raise to: record it
+                with self._lock:
+                    self._scheduled_errors.append(ScheduledError(fault, action, at_s, exc))
+
+        timer = threading.Timer(at_s, guarded)
+        timer.name = f"wedge-{action}-{type(fault).__name__}"
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+    def wait_scheduled(self, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
+        """Wait until every scheduled apply and revert has run; False if one is still due."""
+        deadline = time.monotonic() + timeout_s
+        for timer in list(self._timers):
+            timer.join(max(0.0, deadline - time.monotonic()))
+        return not any(timer.is_alive() for timer in self._timers)
+
+    @property
+    def scheduled_errors(self) -> list[ScheduledError]:
+        """Every scheduled apply or revert that failed so far (raised or not)."""
+        with self._lock:
+            return list(self._scheduled_errors)
+
+    def _raise_scheduled_errors(self) -> None:
+        if threading.get_ident() != self._owner:
+            return
+        with self._lock:
+            fresh = self._scheduled_errors[self._raised :]
+            self._raised = len(self._scheduled_errors)
+        if fresh:
+            raise ScheduledFaultError(fresh)
 
     def active_faults(self) -> list[Fault]:
+        self._raise_scheduled_errors()
         return [w.fault for w in self.windows if w.ended is None]
 
     def revert_all(self) -> list[str]:
-        """Revert everything still active; returns the errors (teardown must not stop early)."""
+        """Revert everything still active; returns the errors (teardown must not stop early).
+
+        The errors include every scheduled apply or revert that failed and was not raised yet.
+        """
         for timer in self._timers:
             timer.cancel()
         errors: list[str] = []
-        for fault in reversed(self.active_faults()):
+        # A timer already running its apply would otherwise apply after this revert.
+        if not self.wait_scheduled():
+            errors.append(f"a scheduled fault action still ran after {JOIN_TIMEOUT_S:g} s")
+        for fault in reversed([w.fault for w in self.windows if w.ended is None]):
             try:
                 self.revert(fault)
             except Exception as exc:
                 errors.append(f"{fault.describe()}: {exc}")
+        with self._lock:
+            errors += [str(e) for e in self._scheduled_errors[self._raised :]]
         return errors
+

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault
-from pytest_wedge.topology.spec import validate_component_name
+from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.registry import register
+from pytest_wedge.topology.spec import validate_component_name, validate_link_name
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -15,47 +16,46 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ComponentFault(Fault):
-    """A runtime action on one component (router, prefill-i, decode-j)."""
+    """A runtime action on the component ``target`` (router, prefill-i, decode-j)."""
 
-    component: str
-
-    @property
-    def target(self) -> str:
-        return self.component
+    component = TargetAlias("component")
 
 
+@register
 @dataclass(frozen=True)
 class Pause(ComponentFault):
     """SIGSTOP (or ``docker pause``): TCP still accepts, nothing answers. Reverted by resume."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.component, topology.spec)
-        topology.runtime.pause(self.component)
+        validate_component_name(self.target, topology.spec)
+        topology.runtime.pause(self.target)
 
     def revert(self, topology: Topology) -> None:
-        topology.runtime.resume(self.component)
+        topology.runtime.resume(self.target)
 
 
+@register
 @dataclass(frozen=True)
 class Kill(ComponentFault):
     """SIGKILL. Reverting starts the component again if it is still down."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.component, topology.spec)
-        topology.runtime.kill(self.component)
+        validate_component_name(self.target, topology.spec)
+        topology.runtime.kill(self.target)
 
     def revert(self, topology: Topology) -> None:
-        if topology.runtime.state(self.component) != "running":
-            topology.restart(self.component)
+        if topology.runtime.state(self.target) != "running":
+            topology.restart(self.target)
 
 
+@register
 @dataclass(frozen=True)
 class Restart(ComponentFault):
     """Kill and start again, waiting until it is ready. A one-shot: nothing to revert."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.component, topology.spec)
-        topology.restart(self.component)
+        validate_component_name(self.target, topology.spec)
+        topology.restart(self.target)
 
 
 def _check_decode(decode: str, topology: Topology) -> None:
@@ -65,37 +65,55 @@ def _check_decode(decode: str, topology: Topology) -> None:
                           fix=f"use one of: {', '.join(topology.spec.decode_names)}")  # fmt: skip
 
 
+@register
 @dataclass(frozen=True)
 class DecodeOnlyRestart(Fault):
-    """Restart a decode without its prefills (incident 2).
+    """Restart the decode ``target`` without its prefills (incident 2).
 
     The decode comes back with a new instance identity while each prefill keeps its transfer
-    state for the old one, so new KV transfers wedge. Nothing is reverted: only a co-restart
-    of the pair (``CoRestart``) clears it, exactly as in production.
+    state for the old one, so new KV transfers wedge on the ``decode->prefill`` links (see
+    :meth:`wedged_links`). ``prefills`` names those prefills; left empty, they are the
+    decode's PD pair in the topology. Nothing is reverted: only a co-restart of the pair
+    (``CoRestart``) clears it, exactly as in production.
     """
 
-    decode: str = "decode-0"
+    target: str = "decode-0"
+    prefills: tuple[str, ...] = ()
+    decode = TargetAlias("decode")
 
-    @property
-    def target(self) -> str:
-        # Where the wedge shows: the transfer link from this decode to the first prefill.
-        return f"{self.decode}->prefill-0"
+    def __post_init__(self) -> None:
+        # A scenario file gives a list (or one name); a tuple keeps the fault hashable.
+        given: object = self.prefills
+        names = (given,) if isinstance(given, str) else tuple(given)  # type: ignore[arg-type]
+        if not all(isinstance(name, str) for name in names):
+            raise ConfigError(f"DecodeOnlyRestart prefills must be names, got {given!r}",
+                              fix='use prefills=("prefill-0",) or leave it empty')  # fmt: skip
+        object.__setattr__(self, "prefills", names)
+
+    def wedged_links(self, topology: Topology) -> list[str]:
+        """Where the wedge shows: the transfer link from this decode to each of its prefills."""
+        prefills = self.prefills or [p for p in topology.pd_pair(self.target) if p != self.target]
+        return [f"{self.target}->{prefill}" for prefill in prefills]
 
     def apply(self, topology: Topology) -> None:
-        _check_decode(self.decode, topology)
-        topology.restart(self.decode)
+        _check_decode(self.target, topology)
+        for link in self.wedged_links(topology):  # an explicit prefill must be a real one
+            validate_link_name(link, topology.spec)
+        topology.restart(self.target)
+
+    def describe(self) -> str:
+        wedged = f" (wedges its transfers from {', '.join(self.prefills)})" if self.prefills else ""
+        return super().describe() + wedged
 
 
+@register
 @dataclass(frozen=True)
 class CoRestart(Fault):
-    """Restart a decode together with its prefills: the operating rule from incident 2."""
+    """Restart the decode ``target`` together with its prefills: the rule from incident 2."""
 
-    decode: str = "decode-0"
-
-    @property
-    def target(self) -> str:
-        return self.decode
+    target: str = "decode-0"
+    decode = TargetAlias("decode")
 
     def apply(self, topology: Topology) -> None:
-        _check_decode(self.decode, topology)
-        topology.restart(*topology.pd_pair(self.decode))
+        _check_decode(self.target, topology)
+        topology.restart(*topology.pd_pair(self.target))

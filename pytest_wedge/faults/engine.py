@@ -1,37 +1,55 @@
-"""Engine faults inside the stub workers, switched at run time through their control API."""
+"""Engine faults inside the stub workers, switched at run time through their control API.
+
+The stub's parser (``pytest_wedge.stubs.faults``) is the one vocabulary: its ``KINDS`` names
+each kind's parameters and their defaults. A class here declares the same parameters as
+fields, takes each default the stub has from it (:func:`stub_default`), and sends exactly
+those fields (:meth:`EngineFault.params`). ``tests/unit/test_fault_vocabulary.py`` holds the
+two sides together. Where the stub requires a parameter, the class may offer a default of
+its own: it always sends the value, so the stub never sees it missing.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault
+from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.registry import register
+from pytest_wedge.stubs.faults import KINDS as STUB_KINDS
 from pytest_wedge.topology.spec import validate_component_name
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
 
+def stub_default(kind: str, param: str) -> Any:
+    """The stub parser's default for ``param`` of ``kind`` (KeyError if it has none)."""
+    default = STUB_KINDS[kind][param]
+    if default is None:
+        raise KeyError(f"the stub requires {kind}.{param}; it has no default to take")
+    return default
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineFault(Fault):
-    """One stub fault. ``origin`` limits it to requests of that origin (None: all)."""
+    """One stub fault on the worker ``target``. ``origin`` limits it to requests of that
+    origin (None: all). Each instance is its own fault in the stub, so two of one kind (say
+    for two origins) live side by side and each revert removes only its own."""
 
-    component: str
     origin: str | None = None
     kind: ClassVar[str]
     roles: ClassVar[tuple[str, ...]] = ("prefill", "decode")
-
-    @property
-    def target(self) -> str:
-        return self.component
+    component = TargetAlias("component")
 
     @property
     def fault_name(self) -> str:
-        return f"wedge-{self.kind}"
+        """The stub's key for this fault: ``DELETE /control/faults/<fault_name>`` removes it."""
+        return f"wedge-{self.kind}-{self.instance_id}"
 
     def params(self) -> dict[str, Any]:
-        return {}
+        """The parameters of this kind, as the stub names them: the fields of the same names."""
+        return {name: getattr(self, name) for name in STUB_KINDS[self.kind]}
 
     def payload(self) -> dict[str, Any]:
         body: dict[str, Any] = {"name": self.fault_name, "kind": self.kind, **self.params()}
@@ -40,94 +58,142 @@ class EngineFault(Fault):
         return body
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.component, topology.spec)
-        role = self.component.split("-")[0]
+        validate_component_name(self.target, topology.spec)
+        role = self.target.split("-")[0]
         if role not in self.roles:
             raise ConfigError(
-                f"{type(self).__name__} does not apply to {self.component}",
+                f"{type(self).__name__} does not apply to {self.target}",
                 facts={"applies to": ", ".join(self.roles)},
                 fix=f"target a {' or '.join(self.roles)} worker",
             )
-        topology.stub(self.component).add_fault(self.payload())
+        topology.stub(self.target).add_fault(self.payload())
 
     def revert(self, topology: Topology) -> None:
-        if topology.runtime.state(self.component) == "running":
-            topology.stub(self.component).remove_fault(self.fault_name)
+        if topology.runtime.state(self.target) == "running":
+            topology.stub(self.target).remove_fault(self.fault_name)
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class StallBeforeFirstToken(EngineFault):
+    """The worker holds every matching request before its first token."""
+
     kind: ClassVar[str] = "stall_before_first_token"
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class StallAfterTokens(EngineFault):
     """Emit exactly ``tokens`` tokens, then hold the stream open: a half-open stream."""
 
-    tokens: int = 3
+    tokens: int = 3  # the stub requires it; three tokens prove the stream had started
     kind: ClassVar[str] = "stall_after_tokens"
     roles: ClassVar[tuple[str, ...]] = ("decode",)
 
-    def params(self) -> dict[str, Any]:
-        return {"tokens": self.tokens}
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class StallBootstrap(EngineFault):
+    """The decode never leaves bootstrapping: it holds matching requests in its preallocation
+    queue and never contacts the prefill, which waits for its bootstrap deadline (sglang
+    issue #39367). A revert lets them go on."""
+
+    target: str = field(default="decode-0", kw_only=False)
+    kind: ClassVar[str] = "stall_bootstrap"
+    roles: ClassVar[tuple[str, ...]] = ("decode",)
 
 
+@register
+@dataclass(frozen=True, kw_only=True)
+class StallKvTransfer(EngineFault):
+    """The prefill accepts the decode's bootstrap handshake and never delivers the KV: the
+    transfer channel is unreachable while every port answers and ``/health`` is 200 (sglang
+    issue #23342). A revert sends the KV."""
+
+    target: str = field(default="prefill-0", kw_only=False)
+    kind: ClassVar[str] = "stall_kv_transfer"
+    roles: ClassVar[tuple[str, ...]] = ("prefill",)
+
+
+@register
 @dataclass(frozen=True, kw_only=True)
 class PinOnAbort(EngineFault):
     """An aborted request never releases its prefill in-flight slot (incident 3)."""
 
-    component: str = "prefill-0"
+    # kw_only=False: positional like every fault's target, PinOnAbort("prefill-1").
+    target: str = field(default="prefill-0", kw_only=False)
     kind: ClassVar[str] = "pin_on_abort"
     roles: ClassVar[tuple[str, ...]] = ("prefill",)
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Serialize(EngineFault):
     """Decode runs one request at a time; the rest queue (incident 5)."""
 
-    component: str = "decode-0"
+    target: str = field(default="decode-0", kw_only=False)
     kind: ClassVar[str] = "serialize"
     roles: ClassVar[tuple[str, ...]] = ("decode",)
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class ErrorStatus(EngineFault):
-    status: int = 500
-    message: str = "injected by pytest-wedge"
+    """The worker answers matching requests with HTTP ``status`` and ``message``.
+
+    ``first_n`` limits it to the first n matching requests (0: every one), so "the first
+    attempt fails, smg replays it" is ``ErrorStatus("prefill-0", first_n=1)``: the replay
+    after a possible dispatch that sglang pull request #34570 (issue #34572) forbids.
+    ``probability`` makes each matching request error with that probability, drawn from a
+    generator seeded by the stub's ``seed`` (``StubOptions.seed``): the n-th matching request
+    gets the same draw in every run. Together: each matching request errors with
+    ``probability`` until ``first_n`` have errored, which is "a few 500s".
+    ``/control/faults`` lists how many requests it ``matched`` and how many it ``fired`` on.
+
+    ``after_kv_taken=True`` moves the error to after the KV hand-over: a prefill runs the
+    request, lets the decode take its KV, and only then answers with ``status`` (its response
+    head is held until then, so smg sees the error as the attempt's answer); ``delay_ms`` waits
+    that much longer. The decode has started, and may have finished, the attempt smg then
+    replays with a new room: the non-idempotent replay of sglang issue #34572, which pull
+    request #34570 forbids once a dispatch may have gone out.
+    """
+
+    status: int = stub_default("error_status", "status")
+    message: str = stub_default("error_status", "message")
+    first_n: int = stub_default("error_status", "first_n")
+    probability: float = stub_default("error_status", "probability")
+    after_kv_taken: bool = stub_default("error_status", "after_kv_taken")
+    delay_ms: float = stub_default("error_status", "delay_ms")
     kind: ClassVar[str] = "error_status"
 
-    def params(self) -> dict[str, Any]:
-        return {"status": self.status, "message": self.message}
 
-
+@register
 @dataclass(frozen=True, kw_only=True)
 class SlowTokens(EngineFault):
-    itl_ms: float = 200.0
+    """Tokens come every ``itl_ms`` milliseconds instead of the worker's own pace."""
+
+    itl_ms: float = 200.0  # the stub requires it; 200 ms is slow enough to see in any test
     kind: ClassVar[str] = "slow_tokens"
 
-    def params(self) -> dict[str, Any]:
-        return {"itl_ms": self.itl_ms}
 
-
+@register
 @dataclass(frozen=True, kw_only=True)
 class Crash(EngineFault):
-    """The worker exits at once. Reverting restarts it."""
+    """The worker exits with ``exit_code`` on its next matching request; revert restarts it."""
 
-    exit_code: int = 1
+    exit_code: int = stub_default("crash", "exit_code")
     kind: ClassVar[str] = "crash"
 
-    def params(self) -> dict[str, Any]:
-        return {"exit_code": self.exit_code}
-
     def revert(self, topology: Topology) -> None:
-        if topology.runtime.state(self.component) != "running":
-            topology.restart(self.component)
+        if topology.runtime.state(self.target) != "running":
+            topology.restart(self.target)
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class RefuseBootstrap(EngineFault):
     """The prefill's bootstrap server refuses KV fetches (the decode fails the request)."""
 
-    component: str = "prefill-0"
+    target: str = field(default="prefill-0", kw_only=False)
     kind: ClassVar[str] = "refuse_bootstrap"
     roles: ClassVar[tuple[str, ...]] = ("prefill",)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault
+from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.registry import register
 from pytest_wedge.topology.spec import validate_link_name
 
 if TYPE_CHECKING:
@@ -22,12 +23,13 @@ def _proxy(topology: Topology, link: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Toxic(Fault):
-    """A Toxiproxy toxic on one link. ``upstream`` = client->server, ``downstream`` = back."""
+    """A Toxiproxy toxic on the link ``target``. ``upstream`` = client->server, ``downstream``
+    = back. Each instance is its own toxic, so two of one type on one link both apply."""
 
-    link: str
     stream: Stream = "downstream"
     toxicity: float = 1.0
     toxic_type: ClassVar[str]
+    link = TargetAlias("link")
 
     def __post_init__(self) -> None:
         if self.stream not in ("upstream", "downstream"):
@@ -37,12 +39,10 @@ class Toxic(Fault):
             raise ConfigError(f"Bad toxicity {self.toxicity!r}", fix="use a value in [0, 1]")
 
     @property
-    def target(self) -> str:
-        return self.link
-
-    @property
     def toxic_name(self) -> str:
-        return f"wedge_{self.toxic_type}_{self.stream}"
+        # Toxiproxy refuses a second toxic of one name on a proxy (409): the instance id
+        # lets equal faults stack, and each revert removes only its own toxic.
+        return f"wedge_{self.toxic_type}_{self.stream}_{self.instance_id}"
 
     def attributes(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -53,13 +53,14 @@ class Toxic(Fault):
                 "toxicity": self.toxicity, "attributes": self.attributes()}  # fmt: skip
 
     def apply(self, topology: Topology) -> None:
-        proxy = _proxy(topology, self.link)  # validates the link name first
+        proxy = _proxy(topology, self.target)  # validates the link name first
         topology.toxiproxy.add_toxic(proxy, self.payload())
 
     def revert(self, topology: Topology) -> None:
-        topology.toxiproxy.remove_toxic(_proxy(topology, self.link), self.toxic_name)
+        topology.toxiproxy.remove_toxic(_proxy(topology, self.target), self.toxic_name)
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Latency(Toxic):
     latency_ms: int
@@ -70,6 +71,7 @@ class Latency(Toxic):
         return {"latency": self.latency_ms, "jitter": self.jitter_ms}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Bandwidth(Toxic):
     rate_kb_per_s: int
@@ -81,13 +83,14 @@ class Bandwidth(Toxic):
             raise ConfigError(
                 f"Bandwidth rate_kb_per_s={self.rate_kb_per_s} does not cut a link",
                 facts={"why": "Toxiproxy treats rate <= 0 as unlimited"},
-                fix="use Down(link=...) or Timeout(link=..., timeout_ms=0) to cut a link",
+                fix="use Down(target=...) or Timeout(target=..., timeout_ms=0) to cut a link",
             )
 
     def attributes(self) -> dict[str, Any]:
         return {"rate": self.rate_kb_per_s}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class SlowClose(Toxic):
     delay_ms: int
@@ -97,6 +100,7 @@ class SlowClose(Toxic):
         return {"delay": self.delay_ms}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Timeout(Toxic):
     """Drops all data; closes after ``timeout_ms``, or never with 0 (a black hole).
@@ -111,6 +115,7 @@ class Timeout(Toxic):
         return {"timeout": self.timeout_ms}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class ResetPeer(Toxic):
     timeout_ms: int = 0
@@ -120,6 +125,7 @@ class ResetPeer(Toxic):
         return {"timeout": self.timeout_ms}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Slicer(Toxic):
     average_size_bytes: int
@@ -132,6 +138,7 @@ class Slicer(Toxic):
                 "size_variation": self.size_variation_bytes, "delay": self.delay_us}  # fmt: skip
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class LimitData(Toxic):
     bytes: int
@@ -141,19 +148,16 @@ class LimitData(Toxic):
         return {"bytes": self.bytes}
 
 
+@register
 @dataclass(frozen=True, kw_only=True)
 class Down(Fault):
     """The link refuses connections and drops the open ones (``enabled=false``, not a toxic)."""
 
-    link: str
-
-    @property
-    def target(self) -> str:
-        return self.link
+    link = TargetAlias("link")
 
     def apply(self, topology: Topology) -> None:
-        proxy = _proxy(topology, self.link)
+        proxy = _proxy(topology, self.target)
         topology.toxiproxy.set_enabled(proxy, False)
 
     def revert(self, topology: Topology) -> None:
-        topology.toxiproxy.set_enabled(_proxy(topology, self.link), True)
+        topology.toxiproxy.set_enabled(_proxy(topology, self.target), True)

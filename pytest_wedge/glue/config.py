@@ -50,8 +50,9 @@ class Setting:
 
 
 SCENARIOS_HELP = (
-    "Run the scenario catalog: all scenarios, the comma-separated NAMES, or 'list' to print "
-    "the catalog. Without test paths on the command line, only the catalog runs."
+    "Run the scenario catalog (node ids wedge-scenarios::NAME): all scenarios, the "
+    "comma-separated NAMES, or 'list' to print the catalog. On the command line without test "
+    "paths, only the catalog runs; set in the ini file, it is added to pytest's default run."
 )
 
 SETTINGS: dict[str, Setting] = {
@@ -82,7 +83,8 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "wedge_toxiproxy",
-            "Path of the toxiproxy-server binary (default: ./bin/toxiproxy-server, then PATH).",
+            "Path of the toxiproxy-server binary (an ini value is relative to the ini file; "
+            "default: the venv's bin/, the rootdir's bin/, $GOBIN, then PATH).",
             None,
             env="PYTEST_WEDGE_TOXIPROXY",
         ),

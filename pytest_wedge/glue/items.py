@@ -1,7 +1,22 @@
-"""pytest glue for ``--wedge-scenarios``: the catalog as collected test items."""
+"""pytest glue for ``--wedge-scenarios``: the catalog as collected test items.
+
+The catalog is one virtual collector under the session, so every scenario's node id is
+``wedge-scenarios::NAME`` wherever the package is installed (site-packages, an editable
+checkout, a user's scenario directory). Such an id also works as a command-line argument:
+``pytest wedge-scenarios::NAME`` runs that scenario, like ``--wedge-scenarios=NAME``.
+
+Which tests run:
+
+- ``--wedge-scenarios[=NAMES]`` (or ``PYTEST_WEDGE_SCENARIOS``) without test paths runs only
+  the catalog; with test paths, both.
+- ``wedge_scenarios`` in the ini file adds the catalog to the run pytest makes without test
+  paths (its ``testpaths``, or the current directory), the way ``testpaths`` itself works;
+  test paths on the command line narrow the run to them.
+"""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,16 +24,31 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
+from pytest_wedge.glue.console import bring_up, describe_bring_up
 from pytest_wedge.glue.state import close_handles, open_handle, resolve_from
 
 if TYPE_CHECKING:
     from pytest_wedge.scenarios.catalog import Scenario
 
+CATALOG_NODE = "wedge-scenarios"
+
+
+def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """``"NAME (for TYPO); ..."``: the closest known name for each unknown one, if any."""
+    known = sorted(known)
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{close[0]} (for {name})")
+    return "; ".join(hints)
+
 
 class ScenarioSelection:
-    """What ``--wedge-scenarios[=NAMES]`` selected, resolved once per process."""
+    """What ``--wedge-scenarios[=NAMES]`` and ``wedge-scenarios::NAME`` selected, resolved
+    once per process."""
 
-    def __init__(self, value: str, directories: Sequence[Path]) -> None:
+    def __init__(self, value: str, directories: Sequence[Path], source: str = "") -> None:
         from pytest_wedge.scenarios.catalog import catalog
 
         self.value = value
@@ -26,17 +56,22 @@ class ScenarioSelection:
             self.all = catalog(directories)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        wanted = None if value in ("all", "list") else [n.strip() for n in value.split(",") if n]
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        wanted = None if {"all", "list"} & set(names) or not names else names
         known = {s.name for s in self.all}
-        unknown = sorted(set(wanted or ()) - known)
+        unknown = [n for n in dict.fromkeys(wanted or ()) if n not in known]
         if unknown:
+            facts = {"from": source or "--wedge-scenarios"}
+            hint = did_you_mean(unknown, known)
+            if hint:
+                facts["did you mean"] = hint
+            facts["known"] = ", ".join(sorted(known))
             raise pytest.UsageError(str(ConfigError(
                 f"Unknown scenario(s): {', '.join(unknown)}",
-                facts={"from": "--wedge-scenarios", "known": ", ".join(sorted(known))},
+                facts=facts,
                 fix="run `pytest --wedge-scenarios=list` to see the catalog",
             )))  # fmt: skip
         self.selected = [s for s in self.all if wanted is None or s.name in wanted]
-        self.files = {s.path.resolve() for s in self.selected}
 
     def listing(self) -> str:
         width = max((len(s.name) for s in self.all), default=0)
@@ -44,27 +79,13 @@ class ScenarioSelection:
         lines += [f"  {s.name.ljust(width)}  {s.summary}" for s in self.all]
         return "\n".join(lines)
 
-    def extend_args(self, args: list[str], explicit: bool) -> list[str]:
-        """Without test paths given, run only the catalog; with them, run both."""
-        paths = sorted(str(f) for f in self.files)
-        base = args if explicit else []
-        known = {str(Path(a).resolve()) for a in base}
-        return [*base, *(p for p in paths if p not in known)]
 
-    def scenarios_in(self, path: Path) -> list[Scenario]:
-        return [s for s in self.selected if s.path.resolve() == path.resolve()]
+class ScenarioCatalog(pytest.Collector):
+    """The selected scenarios, as children of the virtual node ``wedge-scenarios``."""
 
-
-class ScenarioFile(pytest.File):
     def collect(self) -> Iterable[pytest.Item]:
         selection: ScenarioSelection = self.config.stash[SELECTION_KEY]
-        from pytest_wedge.scenarios.catalog import load_scenario
-
-        try:
-            scenarios = selection.scenarios_in(self.path) or [load_scenario(self.path)]
-        except ConfigError as exc:  # a file edited after start-up
-            raise pytest.UsageError(str(exc)) from exc
-        for scenario in scenarios:
+        for scenario in selection.selected:
             item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
             item.add_marker(pytest.mark.timeout(scenario.timeout_s))
             yield item
@@ -78,7 +99,10 @@ class ScenarioItem(pytest.Item):
     def runtest(self) -> None:
         from pytest_wedge.scenarios.run import run_scenario
 
-        handle = open_handle(self, self.scenario.spec, self.scenario.runtime)
+        spec, runtime = self.scenario.spec, self.scenario.runtime
+        with bring_up(self.config, describe_bring_up(self.config, spec.prefill,
+                                                     spec.decode, runtime)):  # fmt: skip
+            handle = open_handle(self, spec, runtime)
         result = run_scenario(handle, self.scenario)
         if result.check is not None and result.check.time_to_clear_s is not None:
             # A JUnit XML property: CI (and `make soak`) can track it across runs.
@@ -96,45 +120,81 @@ class ScenarioItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"scenario {self.scenario.name}: {self.scenario.summary}"
+        return self.scenario.path, 0, f"scenario {self.scenario.name}: {self.scenario.summary}"
 
 
 SELECTION_KEY = pytest.StashKey[ScenarioSelection]()
 
 
-def _selection(config: pytest.Config) -> ScenarioSelection | None:
+def _split_ids(args: Sequence[str]) -> tuple[list[str] | None, list[str]]:
+    """``wedge-scenarios[::NAME]`` arguments (None: there were none) and the other args."""
+    names: list[str] | None = None
+    rest: list[str] = []
+    for arg in args:
+        head, sep, name = arg.partition("::")
+        if head != CATALOG_NODE:
+            rest.append(arg)
+            continue
+        names = [*(names or []), name if sep else "all"]
+    return names, rest
+
+
+def _selection(config: pytest.Config, ids: Sequence[str] | None = None,
+               explicit: bool = False) -> ScenarioSelection | None:  # fmt: skip
+    """The selection, or None when the catalog does not run.
+
+    Node ids on the command line select by themselves (with ``--wedge-scenarios`` if it is
+    given too); an ini ``wedge_scenarios`` counts only for a run without test paths."""
     try:
-        value = resolve_from(config, "wedge_scenarios").value
+        setting = resolve_from(config, "wedge_scenarios")
         directories = [Path(p) for p in resolve_from(config, "wedge_scenario_dirs").value]
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    if not value:
+    from_ini = setting.source == "ini file"
+    option = setting.value if not (from_ini and (ids or explicit)) else None
+    values = [v for v in (option, *(ids or ())) if v]
+    if not values:
         return None
-    return ScenarioSelection(value, directories)
+    sources = [s for s, used in ((_source_name(setting.source), bool(option)),
+                                 ("the node id wedge-scenarios::NAME", bool(ids)))
+               if used]  # fmt: skip
+    return ScenarioSelection(",".join(values), directories, " and ".join(sources))
+
+
+def _source_name(source: str) -> str:
+    return {"command line": "--wedge-scenarios", "ini file": "ini wedge_scenarios"}.get(
+        source, source
+    )
 
 
 def configure(config: pytest.Config) -> None:
-    selection = _selection(config)
+    ids, rest = _split_ids(config.args)
+    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+    selection = _selection(config, ids, explicit=explicit and bool(rest))
     if selection is None:
         return
     config.stash[SELECTION_KEY] = selection
-    if selection.value != "list":
-        explicit = config.args_source == pytest.Config.ArgsSource.ARGS
-        config.args[:] = selection.extend_args(list(config.args), explicit)
+    if resolve_from(config, "wedge_scenarios").source == "ini file" and not ids:
+        return  # the catalog joins pytest's default run: its testpaths, or this directory
+    # From the command line: with other test paths, run both; without, only the catalog.
+    config.args[:] = rest if explicit else []
 
 
-def collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | None:
-    selection = parent.config.stash.get(SELECTION_KEY, None)
-    if selection is None or file_path.suffix != ".toml":
-        return None
-    if file_path.resolve() not in selection.files:
-        return None
-    return ScenarioFile.from_parent(parent, path=file_path)
+def add_catalog(collector: pytest.Collector, report: pytest.CollectReport) -> None:
+    """Add the catalog's collector to the session's collection (``pytest_make_collect_report``
+    of the session), so it is collected, selected (``-k``, ``--deselect``) and reported
+    like any other node."""
+    if not isinstance(collector, pytest.Session) or not report.passed:
+        return
+    if collector.config.stash.get(SELECTION_KEY, None) is None:
+        return
+    catalog = ScenarioCatalog.from_parent(collector, name=CATALOG_NODE, nodeid=CATALOG_NODE)
+    report.result.append(catalog)
 
 
 def listing(config: pytest.Config) -> Iterator[str]:
     """Runs before pytest_configure (from pytest_cmdline_main), so it reads the options itself."""
     if resolve_from(config, "wedge_scenarios").value == "list":
-        selection = _selection(config)
+        selection = _selection(config, None)
         assert selection is not None
         yield selection.listing()

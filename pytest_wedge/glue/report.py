@@ -1,5 +1,10 @@
 """The wedge report of a failed (or timed-out) test: diagnosis, watchdogs and artifacts.
 
+The diagnosis is the blind locator's (what an operator would see), with its confidence, the
+lines that decided it and the hypotheses it ruled out. The oracle (the ledger walk over the
+ground truth) runs on the same snapshot; when the two disagree the report and
+``diagnosis.json`` show both.
+
 Everything here is best effort: a report must never turn a test failure into an internal
 error, so each part that cannot be had is named in the report instead.
 """
@@ -7,11 +12,19 @@ error, so each part that cannot be had is named in the report instead.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_wedge.diagnostics import collect, dump_stacks, locate, write_artifacts
+from pytest_wedge.diagnostics import (
+    TRAFFIC_WINDOW_S,
+    collect,
+    dump_stacks,
+    judge,
+    locate,
+    write_artifacts,
+)
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
 from pytest_wedge.watchdogs.kinds import watchdog_report
@@ -33,12 +46,18 @@ def build_report(
     origin = main_origin(wedge)
     lines: list[str] = []
     data: dict[str, Any] = {"origin": origin}
-    before = wedge.probe.latest(0.2) if wedge.probe else None
-    snapshot = collect(wedge.topology, wedge.ledger, before=before)
-    diagnosis = locate(snapshot, origin=origin)
+    windows = list(wedge.faults.windows)
+    since = max((w.started for w in windows), default=None)
+    start = since if since is not None else time.time() - TRAFFIC_WINDOW_S
+    probe = wedge.probe
+    before = probe.latest_slow(0.2) if probe else None
+    window = probe.slow_before(start) if probe else None
+    snapshot = collect(wedge.topology, wedge.ledger, before=before, window=window)
+    diagnosis = judge(snapshot, origin, since=since)
     diagnosis.evidence += list(extra_evidence(wedge, origin))
     lines.append(diagnosis.render())
     data["diagnosis"] = diagnosis
+    data["oracle"] = locate(snapshot, origin=origin, since=since)
     rows = watchdog_report(wedge, wedge.watchdogs)
     for check in wedge.clear_checks:
         cleared = f"{check.time_to_clear_s:.2f} s" if check.cleared_at else "not cleared"

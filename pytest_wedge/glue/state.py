@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
     from pytest_wedge.topology.session import WedgeSession
     from pytest_wedge.topology.spec import TopologySpec
+    from pytest_wedge.topology.toxiproxy import FoundToxiproxy
 
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
 # this module is loaded with the plugin, in every pytest run of an environment that has it.
@@ -43,10 +44,9 @@ class WedgePlugin:
         """Fail the run up front, with the fix, when a program the topology needs is missing
         (or the artifacts directory cannot be made)."""
         from pytest_wedge.topology.running import find_executables
-        from pytest_wedge.topology.toxiproxy import find_toxiproxy
 
         try:
-            binary = find_toxiproxy(self.value("wedge_toxiproxy"), Path.cwd())
+            binary = self.toxiproxy().path
             find_executables(binary)
             if self.value("wedge_runtime") == "docker":
                 from pytest_wedge.runtime.docker import connect
@@ -55,6 +55,21 @@ class WedgePlugin:
             self._check_artifacts_dir()
         except WedgeError as exc:
             raise pytest.UsageError(str(exc)) from exc
+
+    def toxiproxy(self) -> FoundToxiproxy:
+        """toxiproxy-server by the discovery order; an ini path is relative to the ini file,
+        and nothing depends on the working directory but a relative path given to the option
+        or the environment variable (see ``locate_toxiproxy``)."""
+        from pytest_wedge.topology.toxiproxy import locate_toxiproxy
+
+        setting = self.settings["wedge_toxiproxy"]
+        source = {"command line": "--wedge-toxiproxy"}.get(setting.source, setting.source)
+        base = self.config.invocation_params.dir
+        inipath = self.config.inipath
+        if setting.source == "ini file" and inipath is not None:
+            source, base = f"ini wedge_toxiproxy in {inipath}", inipath.parent
+        return locate_toxiproxy(setting.value, source=source, base_dir=base,
+                                rootdir=self.config.rootpath)  # fmt: skip
 
     def _check_artifacts_dir(self) -> None:
         setting = self.settings["wedge_artifacts"]
@@ -91,7 +106,7 @@ class WedgePlugin:
         session = WedgeSession(
             runtime=runtime,
             artifacts_dir=self.value("wedge_artifacts"),
-            toxiproxy_binary=self.value("wedge_toxiproxy"),
+            toxiproxy_binary=self.toxiproxy().path,
             runtime_factory=factory,
             ready_timeout_s=self.value("wedge_ready_timeout"),
         )
@@ -168,7 +183,7 @@ def close_handles(item: pytest.Item) -> None:
         errors += handle.close()
     if errors:
         raise WedgeError(
-            "Some faults could not be reverted",
+            "Some faults could not be applied or reverted",
             facts={"errors": "; ".join(errors)},
             fix="the next test resets the topology; check the component logs",
         )

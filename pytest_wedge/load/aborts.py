@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.background import BackgroundLoad, ClientKind
 from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.exchange import ChatClient
 from pytest_wedge.load.ledger import ClientLedger
 
 
@@ -39,9 +38,15 @@ class Aborter(BackgroundLoad):
         path: str = "/v1/chat/completions",
         extra_body: Mapping[str, Any] | None = None,
         run_id: str | None = None,
+        client: ClientKind = "auto",
     ) -> None:
         super().__init__(
-            base_url, origin=origin, ledger=ledger, max_duration_s=max_duration_s, run_id=run_id
+            base_url,
+            origin=origin,
+            ledger=ledger,
+            max_duration_s=max_duration_s,
+            run_id=run_id,
+            client=client,
         )
         if abort_after_tokens is None and abort_after_s is None:
             raise ValueError("Aborter needs abort_after_tokens or abort_after_s (or both)")
@@ -57,13 +62,13 @@ class Aborter(BackgroundLoad):
         self.path = path
         self.extra_body = dict(extra_body or {})
 
-    async def _run(self, client: httpx.AsyncClient) -> None:
+    async def _run(self, client: ChatClient) -> None:
         slots = asyncio.Semaphore(self.concurrency)
         async with asyncio.TaskGroup() as group:
             for n in range(self.count):
                 group.create_task(self._one(client, n, slots))
 
-    async def _one(self, client: httpx.AsyncClient, n: int, slots: asyncio.Semaphore) -> None:
+    async def _one(self, client: ChatClient, n: int, slots: asyncio.Semaphore) -> None:
         async with slots:
             record = self.new_record(f"{n}", path=self.path, stream=True)
             await send_chat(
@@ -77,4 +82,5 @@ class Aborter(BackgroundLoad):
                 abort_after_tokens=self.abort_after_tokens,
                 abort_after_s=self.abort_after_s,
                 extra_body=self.extra_body,
+                pool=self.pool,
             )

@@ -2,6 +2,10 @@
 
 A load runs beside a synchronous test, so it needs a thread; it must also never outlive its
 bounds or leave a request without a final state, whatever the servers do.
+
+The client is aiohttp unless the load's pool is the subject: a ``max_connections`` or a
+``pool_timeout_s`` (incident 6) picks httpx, whose pool limits and pool timeout are what
+that incident reproduces; ``client=`` chooses explicitly.
 """
 
 from __future__ import annotations
@@ -13,13 +17,20 @@ import secrets
 import threading
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self, get_args
 
 import httpx
 
+from pytest_wedge.load.exchange import (
+    ChatClient,
+    PoolGauge,
+    new_aiohttp_session,
+    new_httpx_client,
+)
 from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 _load_numbers = itertools.count()
+ClientKind = Literal["auto", "aiohttp", "httpx"]
 
 
 class BackgroundLoad(ABC):
@@ -40,13 +51,22 @@ class BackgroundLoad(ABC):
         pool_timeout_s: float | None = None,
         max_duration_s: float = 120.0,
         run_id: str | None = None,
+        client: ClientKind = "auto",
     ) -> None:
+        if client not in get_args(ClientKind):
+            raise ValueError(f"client must be one of {get_args(ClientKind)}; got {client!r}")
         self.base_url = base_url.rstrip("/")
         self.origin = origin
         self.ledger = ledger if ledger is not None else ClientLedger()
         self.max_connections = max_connections
         self.pool_timeout_s = pool_timeout_s
         self.max_duration_s = max_duration_s
+        pooled = max_connections is not None or pool_timeout_s is not None
+        self.client_kind: Literal["aiohttp", "httpx"] = (
+            ("httpx" if pooled else "aiohttp") if client == "auto" else client
+        )
+        # Connections this load's requests hold; a request waiting for one carries the count.
+        self.pool = PoolGauge(max_connections if self.client_kind == "httpx" else None)
         # Part of every request id: the stubs and router may outlive one test, and ids from
         # two runs must never join. Pass run_id to make ids reproducible.
         self.run_id = run_id if run_id is not None else secrets.token_hex(3)
@@ -61,7 +81,7 @@ class BackgroundLoad(ABC):
         self._exception_reported = False
 
     @abstractmethod
-    async def _run(self, client: httpx.AsyncClient) -> None:
+    async def _run(self, client: ChatClient) -> None:
         """Send the load; return when it is complete."""
 
     def new_record(self, suffix: str, **facts: object) -> RequestRecord:
@@ -151,11 +171,11 @@ class BackgroundLoad(ABC):
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        limits = httpx.Limits(max_connections=self.max_connections)
-        # Per-request deadlines are the client's total deadline (asyncio.timeout); httpx's own
-        # timeouts stay off except the pool wait, which is a knob of incident 6.
-        timeout = httpx.Timeout(None, pool=self.pool_timeout_s)
-        client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+        client: ChatClient
+        if self.client_kind == "httpx":
+            client = new_httpx_client(self.max_connections, self.pool_timeout_s)
+        else:
+            client = new_aiohttp_session()
         self._ready.set()
         try:
             async with asyncio.timeout(self.max_duration_s):
@@ -168,7 +188,7 @@ class BackgroundLoad(ABC):
         finally:
             # Finish first: closing the client can be interrupted, the accounting must not be.
             self._finish_leftovers()
-            await client.aclose()
+            await (client.aclose() if isinstance(client, httpx.AsyncClient) else client.close())
 
     def _finish_leftovers(self) -> None:
         for record in list(self.records):

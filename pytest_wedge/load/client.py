@@ -3,28 +3,34 @@
 Tags survive smg (router-protocol.md §2): body ``user`` and extra body fields reach both
 workers unchanged, and so do ``X-Request-ID`` and any ``x-request-id-*`` header; other custom
 headers are dropped, which is why the origin header is ``x-request-id-origin``.
+
+Two HTTP libraries sit under one :func:`send_chat` (see ``exchange.py``): aiohttp for the
+loads by default, httpx where its pool is the subject (incident 6). Either way the record's
+``sent`` is stamped when the request is written to a connected socket, and failures read the
+same (httpx's names: ``ConnectError``, ``ReadError``, ``RemoteProtocolError``...).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
+from pytest_wedge.load.exchange import (
+    AiohttpExchange,
+    ChatClient,
+    Exchange,
+    HttpxExchange,
+    PoolGauge,
+    failure,
+)
 from pytest_wedge.load.ledger import ClientLedger, RequestRecord, State, snippet
 
 Message = Mapping[str, Any]
-
-# httpcore fires these once the request head is on the socket; until then a request may only
-# be queued for a pooled connection, which is exactly what incident 6 must tell apart.
-_SENT_EVENTS = frozenset(
-    {"http11.send_request_headers.complete", "http2.send_request_headers.complete"}
-)
 
 
 def tag_request(
@@ -79,13 +85,13 @@ def _has_content(data: Mapping[str, Any]) -> bool:
 
 
 async def _read_stream(
-    response: httpx.Response, record: RequestRecord, abort_after_tokens: int | None
+    lines: AsyncIterator[str], record: RequestRecord, abort_after_tokens: int | None
 ) -> None:
     """Read SSE until the stream ends; raise :class:`_Outcome` with the final state."""
     if abort_after_tokens is not None and abort_after_tokens <= 0:
         raise _Outcome("aborted", "aborted by client after 0 tokens")
     done = False
-    async for line in response.aiter_lines():
+    async for line in lines:
         now = time.time()
         if line.startswith(":"):
             record.last_ping = now  # keep-alive: proves a live socket, not progress
@@ -108,8 +114,7 @@ async def _read_stream(
     raise _Outcome("ok")
 
 
-async def _read_body(response: httpx.Response, record: RequestRecord) -> None:
-    body = await response.aread()
+def _read_body(body: bytes, record: RequestRecord) -> None:
     record.last_byte = time.time()
     try:
         data = json.loads(body)
@@ -125,7 +130,7 @@ async def _read_body(response: httpx.Response, record: RequestRecord) -> None:
 
 
 async def send_chat(
-    client: httpx.AsyncClient,
+    client: ChatClient,
     ledger: ClientLedger,
     record: RequestRecord,
     *,
@@ -137,14 +142,18 @@ async def send_chat(
     abort_after_s: float | None = None,
     extra_body: Mapping[str, Any] | None = None,
     leak_stream: bool = False,
+    pool: PoolGauge | None = None,
 ) -> RequestRecord:
     """Send one chat completion for ``record`` (added to ``ledger``) and give it a final state.
 
-    ``timeout_s`` is a total deadline (state ``timeout``); ``abort_after_*`` cancel on purpose
-    (state ``aborted``). With ``leak_stream`` the response is never closed after its head, so
-    its connection stays checked out of the pool (incident 6) and the record stays pending
-    until its load stops. An outside cancellation (a stop) finishes the record as ``unknown``
-    if it was sent and ``aborted`` if not, flagged ``cut_by_stop``, then propagates.
+    ``client`` is an ``httpx.AsyncClient`` or an ``aiohttp.ClientSession`` made by
+    :func:`new_aiohttp_session` (its trace stamps ``sent``). ``timeout_s`` is a total deadline
+    (state ``timeout``); ``abort_after_*`` cancel on purpose (state ``aborted``). With
+    ``leak_stream`` the response is never closed after its head, so its connection stays
+    checked out of the pool (incident 6) and the record stays pending until its load stops.
+    ``pool`` counts the load's checked-out connections and stamps ``pool_limit`` and
+    ``pool_in_use`` on the record. An outside cancellation (a stop) finishes the record as
+    ``unknown`` if it was sent and ``aborted`` if not, flagged ``cut_by_stop``, then propagates.
     """
     ledger.add(record)
     body: dict[str, Any] = {
@@ -155,67 +164,55 @@ async def send_chat(
         **(extra_body or {}),
     }
     body, headers = tag_request(record, body)
-
-    async def trace(event: str, info: Mapping[str, Any]) -> None:
-        if event in _SENT_EVENTS and record.sent is None:
-            record.sent = time.time()
-
-    request = client.build_request(
-        "POST",
-        record.target + record.path,
-        json=body,
-        headers=headers,
-        extensions={"trace": trace},
-    )
-    response: httpx.Response | None = None
+    exchange: Exchange
+    if isinstance(client, httpx.AsyncClient):
+        exchange = HttpxExchange(client, record, pool)
+    else:
+        exchange = AiohttpExchange(client, record, pool)
     deadline = asyncio.timeout(timeout_s)
     abort_timer = asyncio.timeout(abort_after_s)
     state: State
     error: str | None = None
+    opened = completed = False
     try:
         async with deadline, abort_timer:
-            response = await client.send(request, stream=True)
+            status = await exchange.open(body, headers)
+            opened = True
             record.first_byte = time.time()
-            record.status = response.status_code
+            if record.sent is None:  # a session without our trace: the head proves the send
+                record.sent = record.first_byte
+            record.status = status
             if leak_stream:
                 return record
-            if response.status_code >= 400:
-                text = (await response.aread()).decode(errors="replace")
-                raise _Outcome("error", f"HTTP {response.status_code}: {text}")
+            if status >= 400:
+                text = (await exchange.read()).decode(errors="replace")
+                raise _Outcome("error", f"HTTP {status}: {text}")
             if record.stream:
-                await _read_stream(response, record, abort_after_tokens)
+                await _read_stream(exchange.lines(), record, abort_after_tokens)
             else:
-                await _read_body(response, record)
+                _read_body(await exchange.read(), record)
         raise AssertionError("unreachable: readers always raise _Outcome")  # pragma: no cover
     except _Outcome as outcome:
         state, error = outcome.state, outcome.error
+        completed = state == "ok"
     except TimeoutError:
         if abort_timer.expired() and not deadline.expired():
             state, error = "aborted", f"aborted by client after {abort_after_s}s"
         else:
             state, error = "timeout", f"client deadline of {timeout_s}s expired"
-    except httpx.TimeoutException as exc:  # e.g. PoolTimeout: still a client-side timeout
-        state, error = "timeout", f"{type(exc).__name__}: {exc}"
-    except httpx.TransportError as exc:
-        # Once the head is on the wire the server may have acted on it: the outcome is unknown.
-        state = "unknown" if record.sent is not None else "error"
-        error = f"{type(exc).__name__}: {exc}"
-    except httpx.HTTPError as exc:  # e.g. an undecodable body: the server answered badly
-        state, error = "error", f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:
         record.finish_if_pending(
             "unknown" if record.sent is not None else "aborted",
             error="load stopped while the request was in flight",
         )
         raise
+    except Exception as exc:
+        failed = failure(exc, record.sent is not None)
+        if failed is None:
+            raise
+        state, error = failed
     finally:
-        if response is not None and not leak_stream:
-            await _close_quietly(response)
+        if not (leak_stream and opened):  # a leaked stream keeps its connection on purpose
+            await exchange.close(completed=completed)
     record.finish(state, error=snippet(error) if error else None)
     return record
-
-
-async def _close_quietly(response: httpx.Response) -> None:
-    # Closing a half-read stream may itself fail on a dead socket; the state is already known.
-    with contextlib.suppress(httpx.HTTPError, OSError):
-        await response.aclose()

@@ -1,8 +1,14 @@
 """The harness: agents doing rounds of tool calls, the load that wedged in the incidents.
 
 Each agent sends one chat completion per round, sequentially, with a growing history, as a
-multi-agent tool harness does. All agents share one HTTP client and so one connection pool,
-which is half of incident 6.
+multi-agent tool harness does. All agents share one HTTP client: aiohttp by default, where each
+agent in effect keeps its own connection; with ``max_connections`` or ``pool_timeout_s`` one
+httpx pool, which is half of incident 6.
+
+The prompts come from one Faker per load: each agent writes its whole script (tools, prompts,
+every round's tool call and result) at once, seeded by (seed, agent), before it sends
+anything. A Faker per agent cost the load thread more than sending did, and every agent's
+first request waited for all of them to be built.
 """
 
 from __future__ import annotations
@@ -10,16 +16,59 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from faker import Faker
 
-from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.background import BackgroundLoad, ClientKind
 from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.exchange import ChatClient
 from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 RETRYABLE_STATES = frozenset({"error", "timeout"})
+
+
+@dataclass(frozen=True)
+class _Script:
+    """What one agent says: its opening messages and, per round, its tool call and result."""
+
+    opening: list[dict[str, Any]]
+    turns: list[tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _script(fake: Faker, seed: int, agent: int, rounds: int) -> _Script:
+    # Synchronous from seeding to the end: agents sharing one Faker never interleave here, so
+    # the prompts stay the same whatever order the agents are scheduled in.
+    fake.seed_instance(seed * 100_003 + agent)
+    tools = [f"{fake.word()}_{fake.word()}" for _ in range(3)]
+    opening = [
+        {
+            "role": "system",
+            "content": f"You are agent {agent}. {fake.sentence()} Tools: {', '.join(tools)}",
+        },
+        {"role": "user", "content": fake.paragraph(nb_sentences=2)},
+    ]
+    turns = []
+    for round_ in range(rounds):
+        call_id = f"call_{agent}_{round_}"
+        tool = fake.random_element(tools)
+        call = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": tool,
+                        "arguments": json.dumps({"query": fake.sentence(nb_words=4)}),
+                    },
+                }
+            ],
+        }
+        turns.append((call, {"role": "tool", "tool_call_id": call_id, "content": fake.sentence()}))
+    return _Script(opening, turns)
 
 
 class Harness(BackgroundLoad):
@@ -53,6 +102,7 @@ class Harness(BackgroundLoad):
         extra_body: Mapping[str, Any] | None = None,
         path: str = "/v1/chat/completions",
         run_id: str | None = None,
+        client: ClientKind = "auto",
     ) -> None:
         super().__init__(
             base_url,
@@ -62,6 +112,7 @@ class Harness(BackgroundLoad):
             pool_timeout_s=pool_timeout_s,
             max_duration_s=max_duration_s,
             run_id=run_id,
+            client=client,
         )
         if agents < 1 or rounds < 1 or retries < 0:
             raise ValueError(
@@ -85,52 +136,27 @@ class Harness(BackgroundLoad):
     def max_requests(self) -> int:
         return self.agents * self.rounds * (1 + self.retries)
 
-    async def _run(self, client: httpx.AsyncClient) -> None:
+    async def _run(self, client: ChatClient) -> None:
+        fake = Faker()
         async with asyncio.TaskGroup() as group:
             for agent in range(self.agents):
-                group.create_task(self._agent(client, agent), name=f"{self.origin}-agent-{agent}")
+                group.create_task(
+                    self._agent(client, fake, agent), name=f"{self.origin}-agent-{agent}"
+                )
 
-    async def _agent(self, client: httpx.AsyncClient, agent: int) -> None:
-        # One Faker per agent, seeded by (seed, agent): prompts stay the same whatever order
-        # the agents are scheduled in.
-        fake = Faker()
-        fake.seed_instance(self.seed * 100_003 + agent)
-        tools = [f"{fake.word()}_{fake.word()}" for _ in range(3)]
-        history: list[dict[str, Any]] = [
-            {
-                "role": "system",
-                "content": f"You are agent {agent}. {fake.sentence()} Tools: {', '.join(tools)}",
-            },
-            {"role": "user", "content": fake.paragraph(nb_sentences=2)},
-        ]
-        for round_ in range(self.rounds):
+    async def _agent(self, client: ChatClient, fake: Faker, agent: int) -> None:
+        script = _script(fake, self.seed, agent, self.rounds)
+        history = list(script.opening)
+        for round_, (call, result) in enumerate(script.turns):
             record = await self._round(client, agent, round_, history)
             if record.state == "pending":
                 continue  # a leaked stream: the agent moves on, as the buggy client did
-            call_id = f"call_{agent}_{round_}"
-            tool = fake.random_element(tools)
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {
-                                "name": tool,
-                                "arguments": json.dumps({"query": fake.sentence(nb_words=4)}),
-                            },
-                        }
-                    ],
-                }
-            )
-            history.append({"role": "tool", "tool_call_id": call_id, "content": fake.sentence()})
+            history += [call, result]
             if self.think_time_s > 0 and round_ + 1 < self.rounds:
                 await asyncio.sleep(self.think_time_s)
 
     async def _round(
-        self, client: httpx.AsyncClient, agent: int, round_: int, history: list[dict[str, Any]]
+        self, client: ChatClient, agent: int, round_: int, history: list[dict[str, Any]]
     ) -> RequestRecord:
         retry_of: str | None = None
         for attempt in range(1 + self.retries):
@@ -153,6 +179,7 @@ class Harness(BackgroundLoad):
                 timeout_s=self.client_timeout_s,
                 extra_body=self.extra_body,
                 leak_stream=self.leak_streams,
+                pool=self.pool,
             )
             if record.state not in RETRYABLE_STATES:
                 break

@@ -3,6 +3,13 @@
 Every request ends in exactly one final state. A request that has none when its load stops is
 *lost*, and whether it ever left the client (``sent``) is the first fact a diagnosis needs:
 incident 6 (a pool exhausted by unclosed streams) is visible only here, never in server metrics.
+
+The overdue clock of a request starts at ``sent``, the moment it is handed to the network, not
+at ``created``: on a loaded machine a request can sit in the client for longer than any
+``overdue_after_s`` before a server could have seen it, and that time says nothing about the
+servers. A request not sent yet is its own phase, never overdue; it is *held by the client*
+only when it queued for a connection of a pool whose connections were all in use
+(``pool_in_use >= pool_limit``) and has waited ``overdue_after_s`` since it was created.
 """
 
 from __future__ import annotations
@@ -11,13 +18,20 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
 State = Literal["pending", "ok", "error", "timeout", "aborted", "unknown"]
 STATES: tuple[State, ...] = get_args(State)
 FINAL_STATES: frozenset[State] = frozenset(STATES) - {"pending"}
+FAILED_STATES: frozenset[State] = frozenset({"error", "timeout", "unknown"})
+# Where a request is on the overdue clock. The four pending phases, then the final states.
+Phase = Literal[
+    "not_sent_yet", "held_by_client", "in_flight", "overdue",
+    "ok", "error", "timeout", "aborted", "unknown",
+]  # fmt: skip
+PHASES: tuple[Phase, ...] = get_args(Phase)
 ERROR_SNIPPET_CHARS = 200
 LEDGER_FORMAT = "pytest-wedge/client-ledger"
 LEDGER_VERSION = 1
@@ -52,8 +66,9 @@ class RequestRecord:
     attempt: int = 0
     retry_of: str | None = None
     created: float = field(default_factory=time.time)
-    # Headers written on a socket. None means the request never left the client, e.g. it is
-    # still waiting for a pooled connection.
+    # Handed to the network: the head (and body) written on a connected socket. The overdue
+    # clock starts here. None means not sent yet: still connecting, waiting for a pooled
+    # connection, or waiting for a busy client to get to it.
     sent: float | None = None
     first_byte: float | None = None  # response head arrived: some server answered
     first_token: float | None = None
@@ -67,10 +82,29 @@ class RequestRecord:
     # Set when the load was stopped while this request had no final state of its own: the
     # state it then got (unknown/aborted) was given by the stop, not earned by the request.
     cut_by_stop: bool = False
+    # The client pool this request asked for a connection, at the moment it asked: its limit
+    # (None: unbounded) and how many of its connections requests of the same load had checked
+    # out. pool_in_use >= pool_limit: every connection was taken, so it queued in the client.
+    pool_limit: int | None = None
+    pool_in_use: int | None = None
 
     @property
     def final(self) -> bool:
         return self.state != "pending"
+
+    @property
+    def not_sent_yet(self) -> bool:
+        """Pending and never handed to the network: no server can have seen it."""
+        return self.state == "pending" and self.sent is None
+
+    @property
+    def pool_exhausted(self) -> bool:
+        """It asked for a connection while all of its pool's connections were in use."""
+        return (
+            self.pool_limit is not None
+            and self.pool_in_use is not None
+            and self.pool_in_use >= self.pool_limit
+        )
 
     def finish(
         self,
@@ -110,9 +144,37 @@ class RequestRecord:
         self.finished = time.time()
         self.state = state  # last, so a reader never sees a final state without its facts
 
+    def _end(self, now: float | None) -> float:
+        return self.finished if self.finished is not None else (now or time.time())
+
     def age(self, now: float | None = None) -> float:
-        end = self.finished if self.finished is not None else (now or time.time())
-        return end - self.created
+        """Seconds on the overdue clock: from ``sent`` to its end (or ``now``); 0.0 while not
+        sent, because time spent in the client says nothing about the servers."""
+        return 0.0 if self.sent is None else max(0.0, self._end(now) - self.sent)
+
+    def waited(self, now: float | None = None) -> float:
+        """Seconds since the client created it, to its end (or ``now``)."""
+        return self._end(now) - self.created
+
+    def overdue(self, overdue_after_s: float, now: float | None = None) -> bool:
+        """Pending, sent, and in flight for at least ``overdue_after_s``."""
+        return (
+            self.state == "pending" and self.sent is not None and (self.age(now) >= overdue_after_s)
+        )
+
+    def held_by_client(self, overdue_after_s: float, now: float | None = None) -> bool:
+        """Not sent yet because its pool was exhausted, for at least ``overdue_after_s``: the
+        client itself holds it (incident 6), which no server can show."""
+        return self.not_sent_yet and self.pool_exhausted and self.waited(now) >= overdue_after_s
+
+    def phase(self, overdue_after_s: float, now: float | None = None) -> Phase:
+        """Where it is: a final state, or not_sent_yet / held_by_client / in_flight / overdue."""
+        if self.state != "pending":
+            return cast(Phase, self.state)
+        if self.sent is None:
+            held = self.held_by_client(overdue_after_s, now)
+            return "held_by_client" if held else "not_sent_yet"
+        return "overdue" if self.overdue(overdue_after_s, now) else "in_flight"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +216,28 @@ class LedgerView:
     def never_sent(self) -> list[RequestRecord]:
         """Lost requests that never left the client: the wedge is in the client itself."""
         return [r for r in self.lost() if r.sent is None]
+
+    def not_sent_yet(self) -> list[RequestRecord]:
+        """Pending requests not handed to the network yet (held by the client or not)."""
+        return [r for r in self.records if r.not_sent_yet]
+
+    def overdue(self, overdue_after_s: float, now: float | None = None) -> list[RequestRecord]:
+        """Pending requests sent at least ``overdue_after_s`` ago (the sent clock)."""
+        now = now or time.time()
+        return [r for r in self.records if r.overdue(overdue_after_s, now)]
+
+    def held_by_client(
+        self, overdue_after_s: float, now: float | None = None
+    ) -> list[RequestRecord]:
+        """Requests the client holds: never sent, queued on an exhausted pool, for a while."""
+        now = now or time.time()
+        return [r for r in self.records if r.held_by_client(overdue_after_s, now)]
+
+    def phases(self, overdue_after_s: float, now: float | None = None) -> dict[Phase, int]:
+        """Counts for every phase, zeros included: see :meth:`RequestRecord.phase`."""
+        now = now or time.time()
+        counts = Counter(r.phase(overdue_after_s, now) for r in self.records)
+        return {phase: counts.get(phase, 0) for phase in PHASES}
 
     def final(self) -> list[RequestRecord]:
         return [r for r in self.records if r.state != "pending"]
@@ -217,95 +301,3 @@ class ClientLedger:
                 f"(format={payload.get('format')!r}, version={payload.get('version')!r})"
             )
         return cls(RequestRecord.from_dict(item) for item in payload["records"])
-
-
-def _when(ts: float | None, since: float) -> str:
-    return "-" if ts is None else f"+{ts - since:.2f}s"
-
-
-def summary_table(
-    records: Iterable[RequestRecord],
-    *,
-    now: float | None = None,
-    last_hop: Callable[[RequestRecord], str] | None = None,
-) -> str:
-    """Fixed-width text table; sent/first byte are shown as offsets from creation."""
-    now = now or time.time()
-    header = ["request_id", "origin", "state", "sent?", "first byte?", "age"]
-    if last_hop is not None:
-        header.append("last hop")
-    rows = [header]
-    for r in records:
-        state = f"{r.state} (by stop)" if r.cut_by_stop else r.state
-        row = [
-            r.request_id,
-            r.origin,
-            state,
-            _when(r.sent, r.created),
-            _when(r.first_byte, r.created),
-            f"{r.age(now):.1f}s",
-        ]
-        if last_hop is not None:
-            row.append(last_hop(r))
-        rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-class LostRequestsError(AssertionError):
-    """Some requests never reached a final state. Carries them for the diagnostics layer."""
-
-    def __init__(self, message: str, lost: list[RequestRecord]) -> None:
-        super().__init__(message)
-        self.lost = lost
-
-
-def lost_headline(lost: list[RequestRecord], origin: str | None) -> str:
-    count = len(lost)
-    noun = "request has" if count == 1 else "requests have"
-    who = f"{origin} " if origin is not None else ""
-    by_origin = Counter(r.origin for r in lost)
-    mix = ""
-    if origin is None and len(by_origin) > 1:
-        mix = " (" + ", ".join(f"{n} {o}" for o, n in sorted(by_origin.items())) + ")"
-    unsent = sum(1 for r in lost if r.sent is None)
-    detail = f"; {unsent} never left the client" if unsent else ""
-    return f"{count} {who}{noun} no final state{mix}{detail}"
-
-
-def _fix_hint(lost: list[RequestRecord]) -> str:
-    if any(r.sent is None for r in lost):
-        return (
-            "requests that never left the client point at the client itself, a connection "
-            "pool exhausted by streams that were never closed or a lock held across a call: "
-            "close every stream (`async with client.stream(...)`) and give every request a "
-            "total deadline, so that each ends as ok, error or timeout."
-        )
-    return (
-        "find the hop that holds them (the last hop they reached, in the wedge report) and "
-        "give that hop's watchdog, or the client, a deadline shorter than the test's, so that "
-        "every request ends as ok, error or timeout."
-    )
-
-
-def assert_nothing_lost(
-    ledger: ClientLedger,
-    origin: str | None = None,
-    *,
-    last_hop: Callable[[RequestRecord], str] | None = None,
-) -> None:
-    """Raise :class:`LostRequestsError` if any request (of ``origin``) has no final state of
-    its own. Call it after the load has stopped."""
-    view = ledger.by_origin(origin) if origin is not None else ledger.view()
-    lost = view.lost()
-    if not lost:
-        return
-    message = "\n".join(
-        [
-            lost_headline(lost, origin),
-            summary_table(lost, last_hop=last_hop),
-            f"To fix this: {_fix_hint(lost)}",
-        ]
-    )
-    raise LostRequestsError(message, lost)

@@ -11,11 +11,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 from faker import Faker
 
-from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.background import BackgroundLoad, ClientKind
 from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.exchange import ChatClient
 from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 
@@ -45,9 +45,15 @@ class StrayRequester(BackgroundLoad):
         path: str = "/v1/chat/completions",
         extra_body: Mapping[str, Any] | None = None,
         run_id: str | None = None,
+        client: ClientKind = "auto",
     ) -> None:
         super().__init__(
-            base_url, origin=origin, ledger=ledger, max_duration_s=max_duration_s, run_id=run_id
+            base_url,
+            origin=origin,
+            ledger=ledger,
+            max_duration_s=max_duration_s,
+            run_id=run_id,
+            client=client,
         )
         if rate_per_s <= 0 or max_requests < 0 or max_concurrency < 1:
             raise ValueError(
@@ -65,7 +71,7 @@ class StrayRequester(BackgroundLoad):
         self.path = path
         self.extra_body = dict(extra_body or {})
 
-    async def _run(self, client: httpx.AsyncClient) -> None:
+    async def _run(self, client: ChatClient) -> None:
         fake = Faker()
         fake.seed_instance(self.seed)
         loop = asyncio.get_running_loop()
@@ -85,7 +91,7 @@ class StrayRequester(BackgroundLoad):
 
     async def _one(
         self,
-        client: httpx.AsyncClient,
+        client: ChatClient,
         record: RequestRecord,
         messages: list[dict[str, Any]],
         slots: asyncio.Semaphore,
@@ -100,6 +106,7 @@ class StrayRequester(BackgroundLoad):
                 model=self.model,
                 timeout_s=self.client_timeout_s,
                 extra_body=self.extra_body,
+                pool=self.pool,
             )
         finally:
             slots.release()

@@ -1,8 +1,16 @@
 """How components run: local processes (default) or Docker containers, behind one protocol."""
 
+from pytest_wedge.errors import AlreadyRunningError, ComponentControlError
 from pytest_wedge.runtime.base import ComponentState, Runtime, wait_ready
 
-__all__ = ["ComponentState", "Runtime", "make_runtime", "wait_ready"]
+__all__ = [
+    "AlreadyRunningError",
+    "ComponentControlError",
+    "ComponentState",
+    "Runtime",
+    "make_runtime",
+    "wait_ready",
+]
 
 
 def make_runtime(name: str, artifacts_dir: str, session_id: str) -> Runtime:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -12,6 +11,7 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError
 from pytest_wedge.topology.spec import ComponentSpec
+from pytest_wedge.waiting import MONOTONIC, Clock, poll
 
 ComponentState = Literal["running", "paused", "exited", "absent"]
 SESSION_ENV = "PYTEST_WEDGE_SESSION"
@@ -23,7 +23,10 @@ class Runtime(Protocol):
     """Starts and controls components. Implementations: process, docker.
 
     ``start`` returns at once; readiness is checked by :func:`wait_ready`, so components start
-    in parallel and share one deadline.
+    in parallel and share one deadline. Starting a name that is running or paused raises
+    :class:`AlreadyRunningError` (use ``restart`` to replace it); an exited name starts again.
+    An action the runtime could not carry out raises :class:`ComponentControlError`; acting on
+    a component that is already gone (``kill`` of an exited one) is a no-op.
     """
 
     name: str
@@ -76,18 +79,18 @@ def wait_ready(
     *,
     timeout_s: float = 20.0,
     poll_s: float = 0.02,
+    clock: Clock = MONOTONIC,
 ) -> float:
     """Poll every component's ready URL until all answer 2xx, under one deadline.
 
     A component that exits is reported at once with its exit code and log tail, never waited
     out. Returns the seconds it took.
     """
-    started = time.monotonic()
-    deadline = started + timeout_s
     pending = {c.name: c for c in components}
     last_error: dict[str, str] = {}
     with httpx.Client(timeout=1.0, trust_env=False) as client:
-        while pending:
+
+        def all_ready() -> bool:
             for name, component in list(pending.items()):
                 code = runtime.exit_code(name)
                 if code is not None:
@@ -107,21 +110,21 @@ def wait_ready(
                     del pending[name]
                 else:
                     last_error[name] = f"HTTP {response.status_code} {response.text[:200]}"
-            if not pending:
-                break
-            if time.monotonic() > deadline:
-                name, component = next(iter(pending.items()))
-                raise ComponentStartError(
-                    f"{', '.join(pending)} not ready after {timeout_s:.1f} s",
-                    facts={
-                        "checked": ", ".join(c.ready_url for c in pending.values()),
-                        "last answer": "; ".join(f"{n}: {e}" for n, e in last_error.items()
-                                                 if n in pending) or "none",
-                        "command": " ".join(component.argv),
-                    },
-                    log_tail=runtime.logs(name, tail=25),
-                    fix="read the log tail; a router stays not-ready until a prefill and a decode "
-                    "worker register, so check the workers' logs too",
-                )  # fmt: skip
-            time.sleep(poll_s)
-    return time.monotonic() - started
+            return not pending
+
+        polled = poll(all_ready, timeout_s=timeout_s, interval_s=poll_s, clock=clock)
+    if polled.met:
+        return polled.elapsed_s
+    name, component = next(iter(pending.items()))
+    raise ComponentStartError(
+        f"{', '.join(pending)} not ready after {timeout_s:.1f} s",
+        facts={
+            "checked": ", ".join(c.ready_url for c in pending.values()),
+            "last answer": "; ".join(f"{n}: {e}" for n, e in last_error.items()
+                                     if n in pending) or "none",
+            "command": " ".join(component.argv),
+        },
+        log_tail=runtime.logs(name, tail=25),
+        fix="read the log tail; a router stays not-ready until a prefill and a decode "
+        "worker register, so check the workers' logs too",
+    )  # fmt: skip

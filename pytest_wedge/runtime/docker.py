@@ -15,17 +15,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from pytest_wedge.errors import ComponentStartError, ConfigError
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
+from pytest_wedge.errors import (
+    AlreadyRunningError,
+    ComponentControlError,
+    ComponentStartError,
+)
+from pytest_wedge.runtime.base import (
+    OWNER_ENV,
+    SESSION_ENV,
+    ComponentState,
+    LogFiles,
+)
+from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect
 from pytest_wedge.runtime.process import owner_alive, owner_tag
 from pytest_wedge.topology.spec import ComponentSpec
 
@@ -34,6 +44,7 @@ LABEL_OWNER = "pytest-wedge.owner"
 LABEL_COMPONENT = "pytest-wedge.component"
 # Owner PIDs mean something only in the PID namespace (and boot) that wrote them.
 LABEL_PIDNS = "pytest-wedge.pidns"
+__all__ = ["DockerRuntime", "NoDockerDaemon", "connect"]
 _STATES: dict[str, ComponentState] = {"running": "running", "created": "running",
                                       "restarting": "running", "paused": "paused",
                                       "exited": "exited", "dead": "exited",
@@ -44,31 +55,6 @@ def pid_namespace() -> str:
     with open("/proc/sys/kernel/random/boot_id") as fh:
         boot = fh.read().strip()
     return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
-
-
-def connect() -> Any:
-    """A docker-py client, or a ConfigError that says how to get one."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise ConfigError(
-            "The docker runtime needs the Docker SDK for Python, which is not installed",
-            facts={"python": sys.executable},
-            fix="pip install 'pytest-wedge[docker]'",
-        ) from exc
-    host = os.environ.get("DOCKER_HOST", "(unset: unix:///var/run/docker.sock)")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise ConfigError(
-            "No Docker daemon answered",
-            facts={"DOCKER_HOST": host, "error": exc},
-            fix="run `make docker-up` and export the DOCKER_HOST line it prints (a private "
-            "dockerd at unix:///tmp/pytest-wedge-docker/docker.sock), or point DOCKER_HOST at "
-            "a daemon on this machine; or use --wedge-runtime=process",
-        ) from exc
-    return client
 
 
 class DockerRuntime(LogFiles):
@@ -100,6 +86,14 @@ class DockerRuntime(LogFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, component: ComponentSpec) -> None:
+        """Start ``component`` in a new container. A name that is starting, running or paused
+        raises AlreadyRunningError, as in the process runtime; ``restart`` replaces one."""
+        if self._is_up(component.name):
+            raise AlreadyRunningError(
+                f"Cannot start {component.name}: it is already running",
+                facts={"container": f"{self._prefix}-{component.name}"},
+                fix=f"call restart({component.name!r}) to replace it, or stop it first",
+            )
         program = component.argv[0]
         if os.path.isabs(program) and program not in self._image.paths:
             from pytest_wedge.runtime.images import ensure_image
@@ -162,6 +156,23 @@ class DockerRuntime(LogFiles):
             pending.result()
         return self._containers.get(name)
 
+    def _is_up(self, name: str) -> bool:
+        """Starting, running or paused; unlike ``state`` it never raises an earlier failed
+        start, which a new start is allowed to retry."""
+        import docker.errors
+
+        pending = self._pending.get(name)
+        if pending is not None and not pending.done():
+            return True
+        container = self._containers.get(name)
+        if container is None:
+            return False
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return False
+        return container.status in ("running", "paused", "restarting")
+
     def _remove(self, name: str) -> None:
         container = self._containers.pop(name, None)
         if container is not None:
@@ -183,32 +194,58 @@ class DockerRuntime(LogFiles):
             return None
         return container
 
+    @contextlib.contextmanager
+    def _acting(self, name: str, action: str, container: Any) -> Iterator[None]:
+        """A docker call on ``name``'s container. Gone or already stopped is what the action
+        wanted anyway; any other failure means it (often a fault) did not happen: raised."""
+        import docker.errors
+        import requests.exceptions
+
+        try:
+            yield
+        except docker.errors.NotFound:
+            return  # removed meanwhile
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if isinstance(exc, docker.errors.APIError) and exc.status_code == 409 and (
+                "is not running" in str(exc)
+            ):
+                return  # exited between our look and the call
+            raise ComponentControlError(
+                f"Docker could not {action} {name}",
+                facts={"component": name, "container": getattr(container, "name", "?"),
+                       "docker error": f"{type(exc).__name__}: {exc}"},
+                fix="check the daemon (`docker ps -a`, the dockerd log); until then faults "
+                f"that {action} {name} do not take effect",
+            ) from exc  # fmt: skip
+
     def stop(self, name: str) -> None:
         """Graceful stop (SIGTERM, SIGKILL after 2 s; smg alone takes ~5 s to drain)."""
         container = self._reload(name)
         if container is None:
             return
         self.resume(name)
-        with contextlib.suppress(Exception):
+        with self._acting(name, "stop", container):
             container.stop(timeout=2)
 
     def kill(self, name: str) -> None:
         container = self._reload(name)
         if container is None or container.status not in ("running", "paused", "created"):
             return
-        with contextlib.suppress(Exception):
+        with self._acting(name, "kill", container):
             container.kill()  # SIGKILL; a paused container dies too
-            container.wait(timeout=5)
+            container.wait(timeout=5)  # a container that outlives SIGKILL raises here
 
     def pause(self, name: str) -> None:
         container = self._reload(name)
         if container is not None and container.status == "running":
-            container.pause()
+            with self._acting(name, "pause", container):
+                container.pause()
 
     def resume(self, name: str) -> None:
         container = self._reload(name)
         if container is not None and container.status == "paused":
-            container.unpause()
+            with self._acting(name, "resume", container):
+                container.unpause()
 
     def restart(self, name: str) -> None:
         """Remove and create again: a restarted component gets a new container and PID."""

@@ -13,27 +13,71 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 
-from pytest_wedge.errors import MissingBinaryError
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
+from pytest_wedge.errors import AlreadyRunningError, ComponentStartError, MissingBinaryError
+from pytest_wedge.runtime.base import (
+    OWNER_ENV,
+    SESSION_ENV,
+    ComponentState,
+    LogFiles,
+)
 from pytest_wedge.topology.spec import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
 
 
+def _resolve_prctl() -> Callable[[int, int], int] | None:
+    """libc's ``prctl``, looked up in the parent: ``dlopen`` in a child forked from a
+    multi-threaded parent can deadlock on a loader lock another thread held at fork time."""
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # not glibc Linux: children then rely on the sweep alone
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong)
+    prctl.restype = ctypes.c_int
+    resolved: Callable[[int, int], int] = prctl
+    return resolved
+
+
+_PRCTL = _resolve_prctl()
+
+
 def _die_with_parent() -> None:
-    # Runs in the child between fork and exec. SIGKILL, because a child that is SIGSTOPped
-    # (a pause fault) would never act on a catchable signal.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Runs in the child between fork and exec, so it only calls what the parent resolved.
+    # SIGKILL, because a child that is SIGSTOPped (a pause fault) would never act on a
+    # catchable signal.
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class _Child:
+    """One started component. Replaced whole on every change, so a reader never sees the
+    process of one start with the paused flag of another."""
+
+    spec: ComponentSpec
+    proc: subprocess.Popen[bytes]
+    paused: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
 
 class ProcessRuntime(LogFiles):
-    """Runtime protocol over ``subprocess.Popen``."""
+    """Runtime protocol over ``subprocess.Popen``.
+
+    Every action on a component holds that component's lock, so a watchdog thread's restart
+    and a fault's pause of the same component run one after the other, never interleaved;
+    actions on different components run in parallel. Reads (``state``, ``pid``) take no lock:
+    they see one whole :class:`_Child` record.
+    """
 
     name = "process"
 
@@ -42,23 +86,47 @@ class ProcessRuntime(LogFiles):
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.session_id = session_id
         self._owner = owner_tag()
-        self._specs: dict[str, ComponentSpec] = {}
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._paused: set[str] = set()
-        self._lock = threading.RLock()
+        self._children: dict[str, _Child] = {}
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+        self._closed = False
         # PDEATHSIG fires when the *thread* that forked the child exits, so every spawn happens
         # on one thread that lives as long as this runtime (watchdogs restart from other threads).
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedge-spawn")
 
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[_Child | None]:
+        """Hold ``name``'s lock (re-entrant: restart calls kill and start under it)."""
+        with self._locks_guard:
+            lock = self._locks.setdefault(name, threading.RLock())
+        with lock:
+            yield self._children.get(name)
+
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, component: ComponentSpec) -> None:
-        self._spawner.submit(self._spawn, component).result()
+        """Start ``component``. A name that is running or paused raises AlreadyRunningError
+        rather than replacing it: the old process would be left running with no owner."""
+        with self._locked(component.name) as child:
+            if self._closed:
+                raise ComponentStartError(
+                    f"Cannot start {component.name}: its process runtime is closed",
+                    facts={"session": self.session_id},
+                    fix="start components only while their session is open",
+                )
+            if child is not None and child.alive:
+                raise AlreadyRunningError(
+                    f"Cannot start {component.name}: it is already running",
+                    facts={"pid": child.proc.pid, "state": self.state(component.name),
+                           "running command": " ".join(child.spec.argv)},
+                    fix=f"call restart({component.name!r}) to replace it, or stop it first",
+                )  # fmt: skip
+            self._children[component.name] = self._spawner.submit(self._spawn, component).result()
 
-    def _spawn(self, component: ComponentSpec) -> None:
+    def _spawn(self, component: ComponentSpec) -> _Child:
         log_path = self.logs_dir / f"{component.name}.log"
         env = {**os.environ, **dict(component.env), SESSION_ENV: self.session_id,
                OWNER_ENV: self._owner, "PYTHONUNBUFFERED": "1"}  # fmt: skip
-        with self._lock, open(log_path, "ab") as log:
+        with open(log_path, "ab") as log:
             log.write(f"--- start: {' '.join(component.argv)}\n".encode())
             log.flush()
             try:
@@ -77,80 +145,96 @@ class ProcessRuntime(LogFiles):
                     facts={"command": " ".join(component.argv)},
                     fix="run `make install` (it installs smg and toxiproxy-server)",
                 ) from exc
-            self._specs[component.name] = component
-            self._procs[component.name] = proc
-            self._paused.discard(component.name)
+        return _Child(component, proc)
 
-    def _signal(self, name: str, sig: signal.Signals) -> None:
-        proc = self._procs.get(name)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
+    @staticmethod
+    def _signal(child: _Child, sig: signal.Signals) -> bool:
+        """Signal the child's process group; False when it has already exited."""
+        if not child.alive:
+            return False
+        try:
+            os.killpg(child.proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
 
     def stop(self, name: str) -> None:
         """Graceful stop (SIGTERM), then SIGKILL after 2 s; smg alone takes ~5 s to drain."""
-        proc = self._procs.get(name)
-        if proc is None:
-            return
-        self.resume(name)
-        self._signal(name, signal.SIGTERM)
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.kill(name)
+        with self._locked(name) as child:
+            if child is None:
+                return
+            self.resume(name)
+            self._signal(child, signal.SIGTERM)
+            try:
+                child.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.kill(name)
 
     def kill(self, name: str) -> None:
-        proc = self._procs.get(name)
-        if proc is None:
-            return
-        self._signal(name, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5.0)
-        self._paused.discard(name)
+        with self._locked(name) as child:
+            if child is None:
+                return
+            self._signal(child, signal.SIGKILL)  # a stopped (paused) process dies too
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(timeout=5.0)
+            self._children[name] = replace(child, paused=False)
 
     def pause(self, name: str) -> None:
-        self._signal(name, signal.SIGSTOP)
-        self._paused.add(name)
+        """SIGSTOP; a no-op on a component that is not running (there is nothing to hold)."""
+        with self._locked(name) as child:
+            if child is not None and self._signal(child, signal.SIGSTOP):
+                self._children[name] = replace(child, paused=True)
 
     def resume(self, name: str) -> None:
-        if name in self._paused:
-            self._signal(name, signal.SIGCONT)
-            self._paused.discard(name)
+        with self._locked(name) as child:
+            if child is not None and child.paused:
+                self._signal(child, signal.SIGCONT)
+                self._children[name] = replace(child, paused=False)
 
     def restart(self, name: str) -> None:
-        spec = self._specs[name]
-        self.kill(name)
-        self.start(spec)
+        """Kill and start again from the same spec: a new process with a new PID."""
+        with self._locked(name) as child:
+            if child is None:
+                raise KeyError(name)
+            self.kill(name)
+            self.start(child.spec)
 
     # -- introspection ---------------------------------------------------------------------
     def pid(self, name: str) -> int | None:
-        proc = self._procs.get(name)
-        return proc.pid if proc is not None and proc.poll() is None else None
+        child = self._children.get(name)
+        return child.proc.pid if child is not None and child.alive else None
 
     def exit_code(self, name: str) -> int | None:
-        proc = self._procs.get(name)
-        return None if proc is None else proc.poll()
+        child = self._children.get(name)
+        return None if child is None else child.proc.poll()
 
     def state(self, name: str) -> ComponentState:
-        proc = self._procs.get(name)
-        if proc is None:
+        child = self._children.get(name)
+        if child is None:
             return "absent"
-        if proc.poll() is not None:
+        if not child.alive:
             return "exited"
-        return "paused" if name in self._paused else "running"
+        return "paused" if child.paused else "running"
 
     def logs(self, name: str, tail: int = 40) -> str:
         return self.tail_log_file(name, tail)
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self._procs.values() if p.poll() is None]
+        return [c.proc.pid for c in list(self._children.values()) if c.alive]
 
     def close(self) -> None:
-        """Kill everything this runtime started; SIGKILL so teardown never waits on a drain."""
-        for name in list(self._procs):
-            self.kill(name)
-        self._procs.clear()
+        """Kill everything this runtime started; SIGKILL so teardown never waits on a drain.
+
+        A start racing ``close`` either finishes first (and is killed here) or sees the
+        runtime closed and raises; no child outlives the runtime.
+        """
+        self._closed = True
+        with self._locks_guard:
+            names = list(self._locks)
+        for name in names:
+            with self._locked(name):
+                self.kill(name)
+                self._children.pop(name, None)
         self._spawner.shutdown(wait=True)
 
 

@@ -16,15 +16,25 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pytest_wedge import faults as fault_module
-from pytest_wedge import watchdogs as watchdog_module
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
+from pytest_wedge.faults.registry import FAULT_REGISTRY
 from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
 from pytest_wedge.topology.keywords import parse_keywords
 from pytest_wedge.topology.spec import TopologySpec
-from pytest_wedge.watchdogs.kinds import Watchdog
+from pytest_wedge.watchdogs import (
+    AggregateThroughputWatchdog,
+    CommandWatchdog,
+    CoRestartWatchdog,
+    InflightPinWatchdog,
+    NoProgressWatchdog,
+    RequestTimeout,
+    StreamBodyStallTimeout,
+    StubWatchdog,
+    TransferTimeoutWatchdog,
+    Watchdog,
+)
 
 
 def _catalog_dir() -> Path:
@@ -38,24 +48,21 @@ def _catalog_dir() -> Path:
 
 CATALOG_DIR = _catalog_dir()
 
-FAULTS: dict[str, type[Fault]] = {
-    name: cls
-    for name, cls in vars(fault_module).items()
-    if isinstance(cls, type)
-    and issubclass(cls, Fault)
-    and not inspect.isabstract(cls)
-    and name not in ("Fault", "Toxic", "EngineFault", "ComponentFault")
-}
+# Every registered fault (``@register`` in pytest_wedge.faults), live and read-only: a fault
+# a user registers in a conftest is a kind here too.
+FAULTS: Mapping[str, type[Fault]] = FAULT_REGISTRY
 WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
-    name: getattr(watchdog_module, name)
-    for name in (
-        "RequestTimeout",
-        "StreamBodyStallTimeout",
-        "InflightPinWatchdog",
-        "TransferTimeoutWatchdog",
-        "CoRestartWatchdog",
-        "AggregateThroughputWatchdog",
-        "CommandWatchdog",
+    factory.__name__: factory
+    for factory in (
+        RequestTimeout,
+        StreamBodyStallTimeout,
+        InflightPinWatchdog,
+        TransferTimeoutWatchdog,
+        CoRestartWatchdog,
+        AggregateThroughputWatchdog,
+        CommandWatchdog,
+        NoProgressWatchdog,
+        StubWatchdog,  # any engine watchdog of the stubs, by its setting (bootstrap_timeout_s)
     )
 }
 
@@ -85,6 +92,15 @@ class Expect:
     wedge_shows_within_s: float = 10.0
     finish_within_s: float = 30.0
     settle_within_s: float | None = None
+    # The healthy-edge check: None for a wedge scenario; True when the armed watchdogs must
+    # leave the healthy load alone; False when they must not (a false positive, shown on
+    # purpose), with ``false_positive`` a text the verdict must contain.
+    quiet: bool | None = None
+    false_positive: str | None = None
+    quiet_within_s: float = 30.0
+    # Executions counted (load/executions.py): True, no harness request id may run on more
+    # than one attempt; False, some must (a non-idempotent replay, shown on purpose).
+    executed_once: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +220,8 @@ def load_scenario(path: Path) -> Scenario:
     for reader in top.entries("faults"):
         at_s = float(reader.take("at_s", NUMBER, 0.0))
         for_s = reader.take("for_s", NUMBER, None)
-        target_key = next((k for k in ("component", "link", "decode") if k in reader.table), "kind")
+        spellings = ("target", "component", "link", "decode")  # the last three are deprecated
+        target_key = next((k for k in spellings if k in reader.table), "kind")
         fault = _build(reader, FAULTS, "fault")
         known = [*spec.component_names, *spec.link_names()]
         if fault.target not in known:
@@ -230,10 +247,15 @@ def load_scenario(path: Path) -> Scenario:
         wedge_shows_within_s=float(exp.take("wedge_shows_within_s", NUMBER, 10.0)),
         finish_within_s=float(exp.take("finish_within_s", NUMBER, 30.0)),
         settle_within_s=exp.take("settle_within_s", NUMBER, None),
+        quiet=exp.take("quiet", bool, None),
+        false_positive=exp.take("false_positive", str, None),
+        quiet_within_s=float(exp.take("quiet_within_s", NUMBER, 30.0)),
+        executed_once=exp.take("executed_once", bool, None),
     )
     exp.done()
     top.done()
-    if armed and expect.cleared_within_s is None:
+    _check_healthy_edge(exp, expect)
+    if armed and expect.cleared_within_s is None and expect.quiet is None:
         # A watchdog is checked against a budget; without one it would be silently ignored.
         raise exp.fail("cleared_within_s", "a budget in seconds, since [[watchdogs]] are armed",
                        "nothing")  # fmt: skip
@@ -253,6 +275,23 @@ def load_scenario(path: Path) -> Scenario:
         timeout_s,
         incident,
     )
+
+
+def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:
+    """A healthy-edge scenario runs healthy load: there is no wedge to locate or clear."""
+    if expect.quiet is None:
+        if expect.false_positive is not None:
+            raise exp.fail("false_positive", "quiet = false alongside it", "no quiet key")
+        return
+    if expect.located_at != "none":
+        raise exp.fail("located_at", '"none": a healthy-edge check runs healthy load',
+                       expect.located_at)  # fmt: skip
+    if expect.cleared_within_s is not None:
+        raise exp.fail("cleared_within_s", "nothing: healthy load has no wedge to clear",
+                       expect.cleared_within_s)  # fmt: skip
+    if expect.quiet is False and not expect.false_positive:
+        raise exp.fail("false_positive", "the text the false-positive verdict must contain",
+                       "nothing")  # fmt: skip
 
 
 def catalog(directories: Iterable[Path] = ()) -> list[Scenario]:

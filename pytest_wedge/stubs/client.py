@@ -51,13 +51,31 @@ class StubClient:
         self._call("POST", "/control/reset")
 
     def add_fault(self, fault: dict[str, Any]) -> None:
+        """Add an engine fault; its ``name`` is the key (one name per fault instance)."""
         self._call("POST", "/control/faults", json=fault)
 
     def remove_fault(self, name: str) -> None:
+        """Remove the engine fault of that name only; a name that is gone is no error."""
         self._call("DELETE", f"/control/faults/{name}")
+
+    def faults(self) -> list[dict[str, Any]]:
+        """The active engine faults, as the stub reports them (name, kind, origin, params)."""
+        result: list[dict[str, Any]] = self._call("GET", "/control/faults")["faults"]
+        return result
 
     def set_watchdogs(self, **settings: float | None) -> None:
         self._call("POST", "/control/watchdogs", json=settings)
+
+    def set_admission(
+        self, *, prealloc_slots: int | None = None, slot_on_transfer_failure: str | None = None
+    ) -> dict[str, Any]:
+        """Set a decode's preallocation slots and slot policy (``released``,
+        ``released_after_timeout`` or ``leaked``); a reset restores its command line's."""
+        body = {k: v for k, v in (("prealloc_slots", prealloc_slots),
+                                  ("slot_on_transfer_failure", slot_on_transfer_failure))
+                if v is not None}  # fmt: skip
+        result: dict[str, Any] = self._call("POST", "/control/admission", json=body)
+        return result
 
     def state(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/control/state")

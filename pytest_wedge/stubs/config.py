@@ -8,6 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 ROLES = ("prefill", "decode")
+# What a decode does with a preallocation slot whose KV transfer failed, was reset or stalled
+# (see stubs/admission.py for the engines each one models).
+SLOT_POLICIES = ("released", "released_after_timeout", "leaked")
+# How long a decode holds its preallocation slot: until the KV has arrived (SGLang's
+# pre_alloc_size rows), or until the request ends (its KV memory stays allocated through the
+# whole generation, as TokenSpeed's req-pool slot does: smg pull request #2463).
+PREALLOC_HOLDS = ("transfer", "request")
 
 
 @dataclass(frozen=True)
@@ -25,10 +32,14 @@ class StubConfig:
     itl_ms: float = 5.0
     max_running: int = 64
     max_queue: int = 1024
+    prealloc_slots: int = 0  # 0: SGLang's rule, twice max_running
+    slot_on_transfer_failure: str = "released"
+    prealloc_hold: str = "transfer"
     max_tokens_default: int = 16
     inflight_pin_watchdog_s: float | None = None
     transfer_timeout_s: float | None = None
     bootstrap_timeout_s: float = 300.0
+    bootstrap_no_progress_s: float | None = None
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -36,6 +47,13 @@ class StubConfig:
     @property
     def component(self) -> str:
         return self.name or f"{self.role}-{self.port}"
+
+    @property
+    def prealloc_capacity(self) -> int:
+        """Decode preallocation slots: SGLang's DecodeReqToTokenPool reserves pre_alloc_size =
+        2 x max_running_requests rows beyond the running batch (model_runner, for
+        max_running_requests <= 32); the stub applies that rule at any size by default."""
+        return self.prealloc_slots or 2 * self.max_running
 
 
 def _route(text: str) -> tuple[str, str]:
@@ -67,10 +85,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-ms", type=float, default=5.0)
     p.add_argument("--max-running", type=int, default=64)
     p.add_argument("--max-queue", type=int, default=1024)
+    p.add_argument(
+        "--prealloc-slots",
+        type=int,
+        default=0,
+        help="decode KV preallocation slots, shared by the prealloc and transfer queues "
+        "(default 0: twice --max-running, as SGLang's pre_alloc_size)",
+    )
+    p.add_argument(
+        "--slot-on-transfer-failure",
+        choices=SLOT_POLICIES,
+        default="released",
+        help="what a decode does with the preallocation slot of a KV transfer that failed, "
+        "was reset or stalled: released at once, released after the transfer timeout, or "
+        "leaked (never released)",
+    )
+    p.add_argument(
+        "--prealloc-hold",
+        choices=PREALLOC_HOLDS,
+        default="transfer",
+        help="how long a decode holds its preallocation slot: until its KV has arrived "
+        "(default), or until the request ends (its KV memory held through generation)",
+    )
     p.add_argument("--max-tokens-default", type=int, default=16)
     p.add_argument("--inflight-pin-watchdog-s", type=float, default=0.0)
     p.add_argument("--transfer-timeout-s", type=float, default=0.0)
     p.add_argument("--bootstrap-timeout-s", type=float, default=300.0)
+    p.add_argument(
+        "--bootstrap-no-progress-s",
+        type=float,
+        default=0.0,
+        help="prefill: fail a request no decode came for once no decode has come for any "
+        "room for this long (a no-progress bootstrap deadline; 0: off)",
+    )
     p.add_argument("--context-length", type=int, default=32768)
     return p
 
@@ -80,6 +127,8 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
     ns = parser.parse_args(argv)
     if ns.max_running < 1 or ns.max_queue < 0:
         parser.error("--max-running must be >= 1 and --max-queue >= 0")
+    if ns.prealloc_slots < 0:
+        parser.error("--prealloc-slots must be >= 0 (0: twice --max-running)")
     return StubConfig(
         role=ns.role,
         host=ns.host,
@@ -95,9 +144,13 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
         itl_ms=ns.itl_ms,
         max_running=ns.max_running,
         max_queue=ns.max_queue,
+        prealloc_slots=ns.prealloc_slots,
+        slot_on_transfer_failure=ns.slot_on_transfer_failure,
+        prealloc_hold=ns.prealloc_hold,
         max_tokens_default=ns.max_tokens_default,
         inflight_pin_watchdog_s=_off_if_zero(ns.inflight_pin_watchdog_s),
         transfer_timeout_s=_off_if_zero(ns.transfer_timeout_s),
         bootstrap_timeout_s=ns.bootstrap_timeout_s,
+        bootstrap_no_progress_s=_off_if_zero(ns.bootstrap_no_progress_s),
         context_length=ns.context_length,
     )

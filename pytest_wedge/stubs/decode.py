@@ -1,16 +1,19 @@
-"""Decode role: fetch the KV for the room from the prefill's bootstrap server, then stream."""
+"""Decode role: take a preallocation slot, fetch the KV for the room from the prefill's
+bootstrap server, queue for the running batch, then stream (stubs/admission.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 from aiohttp import web
 
-from .engine import Engine
-from .flow import Failed, admit, run_request
+from .engine import RESET, SHUTDOWN, Engine
+from .faults import Fault
+from .flow import Failed, admit, fail_late, run_request
 from .ledger import Entry
-from .sched import hold, until_released
+from .sched import Released, until_released
 from .textgen import RequestInfo, token_words
 from .wire import Reply
 
@@ -66,19 +69,48 @@ class KvClient:
             raise Failed(502, f"bootstrap failed: prefill answered {status}")
 
 
+async def transfer(engine: Engine, kv: KvClient, info: RequestInfo, entry: Entry) -> None:
+    """Take a preallocation slot (FIFO), fetch the KV, and give the slot back: at once when the
+    KV arrived, else as the slot policy says (a reset or a shutdown always frees it)."""
+    kv.target(info)  # a request without a bootstrap address never takes a slot
+    # A decode that never leaves bootstrapping holds it here, before the prefill hears of it.
+    await engine.stall(entry, "stall_bootstrap")
+    await until_released(entry, engine.prealloc.take(entry))
+    engine.move(entry, "transfer", "transfer_start")
+    try:
+        await until_released(entry, kv.fetch(info, entry))
+    except BaseException as exc:
+        # Failed (refused, reset, answered non-200), Released (transfer timeout, reset) or
+        # CancelledError (the client went away: the abort reaches the transfer).
+        forced = isinstance(exc, Released) and exc.reason in (RESET, SHUTDOWN)
+        now = time.time()
+        engine.prealloc.failed(entry, now, engine.transfer_timeout_s, force=forced)
+        raise
+    engine.prealloc.arrived(entry)
+
+
 async def handle(
-    request: web.Request, engine: Engine, kv: KvClient, info: RequestInfo
+    request: web.Request, engine: Engine, kv: KvClient, info: RequestInfo, error: Fault | None
 ) -> web.StreamResponse:
+    """``error``: an ``error_status`` fault with ``after_kv_taken`` that fired for this request:
+    it fails once the KV has arrived."""
+
     async def body(reply: Reply, entry: Entry) -> web.StreamResponse:
+        try:
+            return await _decode(reply, entry)
+        finally:
+            engine.prealloc.done(entry)  # a slot held for the whole request comes back now
+
+    async def _decode(reply: Reply, entry: Entry) -> web.StreamResponse:
         if info.room is not None:
-            engine.move(entry, "transfer", "transfer_start")
-            await until_released(entry, kv.fetch(info, entry))
+            await transfer(engine, kv, info, entry)
             engine.move(entry, "queued", "kv_received")
             entry.mark("queued")
+        if error is not None:
+            await fail_late(error)
         await admit(engine, entry, "running")
         faults = engine.faults
-        if faults.find("stall_before_first_token", info.origin):
-            await hold(entry)
+        await engine.stall(entry, "stall_before_first_token")
         stall = faults.find("stall_after_tokens", info.origin)
         stall_at = stall.tokens if stall is not None else -1
         slow = faults.find("slow_tokens", info.origin)
@@ -86,17 +118,18 @@ async def handle(
         key: int | str = info.room if info.room is not None else info.request_id
         words = token_words(engine.config.seed, key, info.max_tokens)
         for i, word in enumerate(words):
-            if i == stall_at:
-                await hold(entry)
             if i:
                 # sleep(0) still yields, so one fast stream cannot starve the others.
                 await asyncio.sleep(itl)
+            if i == stall_at:
+                # After the step's sleep: once the stall ends, the next token goes out at once.
+                await engine.stall(entry, "stall_after_tokens")
             await reply.emit([word])
             engine.add_tokens(entry, 1)
             if i == 0:
                 entry.mark("first_token")
         if stall_at >= len(words):
-            await hold(entry)
+            await engine.stall(entry, "stall_after_tokens")
         resp = await reply.finish()
         engine.finish(entry, "ok")
         return resp

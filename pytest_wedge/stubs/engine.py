@@ -1,4 +1,4 @@
-"""Engine state shared by both roles: ledger, slots, faults, counters, watchdogs, rooms."""
+"""Engine state shared by both roles: ledger, slots, preallocation, faults, counters, watchdogs."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from .admission import Prealloc
 from .config import StubConfig
-from .faults import FaultSet
+from .faults import Fault, FaultSet
 from .ledger import Entry, Ledger
-from .sched import SlotPool, ThroughputWindow
+from .rooms import Room
+from .sched import SlotPool, ThroughputWindow, stall
 from .textgen import RequestInfo
 
 log = logging.getLogger("pytest_wedge.stubs")
@@ -24,24 +26,8 @@ log = logging.getLogger("pytest_wedge.stubs")
 RESET = "reset"
 WATCHDOG_PIN = "inflight pin watchdog"
 TRANSFER_TIMEOUT = "transfer timeout"
+BOOTSTRAP_TIMEOUT = "bootstrap timeout: no decode came for the KV"
 SHUTDOWN = "shutdown"
-
-
-@dataclass(eq=False)
-class Room:
-    """Prefill side of one bootstrap room: the KV and who came to fetch it."""
-
-    room: int
-    created: float = field(default_factory=time.monotonic)
-    entry: Entry | None = None
-    kv_ready: asyncio.Event = field(default_factory=asyncio.Event)
-    fetched: asyncio.Event = field(default_factory=asyncio.Event)
-    aborted: asyncio.Event = field(default_factory=asyncio.Event)
-    # Set when the room is torn down (reset, shutdown, prefill failure) to free waiting fetches.
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
-    fetchers: int = 0
-    fetch_seen: bool = False
-    stale_fetch_from: str | None = None
 
 
 @dataclass
@@ -56,13 +42,23 @@ class Counters:
 class Engine:
     def __init__(self, config: StubConfig) -> None:
         self.config = config
-        self.faults = FaultSet()
         self.ledger = Ledger()
         self.slots = SlotPool(config.max_running)
+        self.prealloc = Prealloc(config.prealloc_capacity, config.slot_on_transfer_failure,
+                                 config.prealloc_hold)  # fmt: skip
+        self._faults_changed = asyncio.Event()
+        self.faults = FaultSet(config.seed, on_change=self._on_faults_changed)
+        self.fault_events: deque[dict[str, Any]] = deque(maxlen=200)
         self.counters = Counters()
         self.throughput = ThroughputWindow()
         self.inflight_pin_s = config.inflight_pin_watchdog_s
         self.transfer_timeout_s = config.transfer_timeout_s
+        # The prefill's bootstrap deadline, measured from the request's arrival (SGLang's
+        # KVSender init_time), and its no-progress variant (smg pull request #2463), measured
+        # from the later of the arrival and the last time any decode came for a room.
+        self.bootstrap_timeout_s: float | None = config.bootstrap_timeout_s or None
+        self.bootstrap_no_progress_s = config.bootstrap_no_progress_s
+        self.last_decode_progress = 0.0
         self.firings: deque[dict[str, Any]] = deque(maxlen=1000)
         self.rooms: dict[int, Room] = {}
         # bootstrap channel (decode --name) -> instance id the prefill first exchanged KV with
@@ -150,6 +146,34 @@ class Engine:
         serialized = self.config.role == "decode" and self.faults.has_kind("serialize")
         self.slots.set_capacity(1 if serialized else self.config.max_running)
 
+    def _on_faults_changed(self) -> None:
+        self.apply_capacity()
+        changed, self._faults_changed = self._faults_changed, asyncio.Event()
+        changed.set()  # wakes every stalled request to re-check its stall
+
+    def add_fault(self, fault: Fault) -> None:
+        self.faults.add(fault)
+        self.fault_events.append({"event": "added", "at": time.time(), **fault.to_json()})
+
+    def remove_fault(self, name: str) -> bool:
+        """Remove a fault; the stamp ``at`` is the stub's own clock of the revert."""
+        removed = self.faults.remove(name)
+        if removed:
+            self.fault_events.append({"event": "removed", "at": time.time(), "name": name})
+        return removed
+
+    async def stall(self, entry: Entry, kind: str) -> None:
+        """Hold ``entry`` while a ``kind`` fault matches its origin; a revert resumes it.
+
+        SGLang's decode loop (``event_loop_normal_disagg_decode``) skips its step while the
+        engine is paused and runs the batch again once ``Scheduler.continue_generation``
+        clears ``_engine_paused``; a paused ``in_place`` batch keeps its requests."""
+        await stall(
+            entry,
+            lambda: self.faults.find(kind, entry.origin) is not None,
+            lambda: self._faults_changed,
+        )
+
     # -- rooms (prefill) --------------------------------------------------------------------
     def room(self, room_id: int) -> Room:
         room = self.rooms.get(room_id)
@@ -175,9 +199,14 @@ class Engine:
         for room in self.rooms.values():
             room.closed.set()
 
-    def set_watchdogs(self, inflight_pin_s: float | None, transfer_timeout_s: float | None) -> None:
-        self.inflight_pin_s = inflight_pin_s
-        self.transfer_timeout_s = transfer_timeout_s
+    def set_watchdogs(self, **seconds: float | None) -> None:
+        """Set engine watchdogs by name (``inflight_pin_s``, ``transfer_timeout_s``,
+        ``bootstrap_timeout_s``, ``bootstrap_no_progress_s``); None turns one off, except the
+        bootstrap deadline, which goes back to ``--bootstrap-timeout-s``: an engine has one."""
+        for name, value in seconds.items():
+            if name == "bootstrap_timeout_s" and value is None:
+                value = self.config.bootstrap_timeout_s or None
+            setattr(self, name, value)
 
     def _fire(self, watchdog: str, entry: Entry, reason: str) -> None:
         self.firings.append(
@@ -199,29 +228,37 @@ class Engine:
 
     def check_watchdogs(self, now: float) -> None:
         pin, transfer = self.inflight_pin_s, self.transfer_timeout_s
-        if pin is None and transfer is None:
-            return
+        boot, idle = self.bootstrap_timeout_s, self.bootstrap_no_progress_s
         for entry in list(self.ledger.active):
             if entry.release.is_set():
                 continue
-            if (
-                pin is not None
-                and entry.state == "inflight"
-                and now - entry.t.get("kv_ready", now) > pin
-            ):
+            arrived, state = entry.t["arrived"], entry.state
+            if pin is not None and state == "inflight" and now - entry.t["kv_ready"] > pin:
                 self._fire("inflight_pin", entry, WATCHDOG_PIN)
-            elif (
-                transfer is not None
-                and entry.state in ("prealloc", "transfer")
-                and now - entry.t.get("transfer_start", entry.t["arrived"]) > transfer
-            ):
+            elif transfer is not None and state in ("prealloc", "transfer") and (
+                now - entry.t.get("transfer_start", arrived) > transfer):  # fmt: skip
                 self._fire("transfer_timeout", entry, TRANSFER_TIMEOUT)
+            elif not self._unbootstrapped(entry):
+                continue
+            elif idle is not None and now - max(arrived, self.last_decode_progress) > idle:
+                self._fire("bootstrap_no_progress", entry, BOOTSTRAP_TIMEOUT)
+            elif boot is not None and now - arrived > boot:
+                self._fire("bootstrap_timeout", entry, BOOTSTRAP_TIMEOUT)
+
+    def _unbootstrapped(self, entry: Entry) -> bool:
+        """A prefill request whose decode has not come for its room yet (KVPoll.Bootstrapping)."""
+        if self.config.role != "prefill" or entry.room is None:
+            return False
+        room = self.rooms.get(entry.room)
+        return room is not None and not room.fetch_seen
 
     async def _watchdog_loop(self) -> None:
         while True:
             await asyncio.sleep(0.05)
             try:
-                self.check_watchdogs(time.time())
+                now = time.time()
+                self.check_watchdogs(now)
+                self.prealloc.tick(now)
                 self._purge_rooms()
             except Exception:  # a broken tick must not silently end the watchdog
                 log.exception("watchdog tick failed")
@@ -238,7 +275,10 @@ class Engine:
     async def reset(self) -> None:
         self.faults.clear()
         self.apply_capacity()
-        self.set_watchdogs(self.config.inflight_pin_watchdog_s, self.config.transfer_timeout_s)
+        cfg = self.config
+        self.set_watchdogs(inflight_pin_s=cfg.inflight_pin_watchdog_s,
+                           transfer_timeout_s=cfg.transfer_timeout_s, bootstrap_timeout_s=None,
+                           bootstrap_no_progress_s=cfg.bootstrap_no_progress_s)  # fmt: skip
         self.peers.clear()
         for entry in list(self.ledger.active):
             self.release(entry, RESET)
@@ -248,6 +288,10 @@ class Engine:
         while self.ledger.active and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         self.rooms = {k: r for k, r in self.rooms.items() if r.fetchers}
+        self.prealloc.reset(cfg.prealloc_capacity, cfg.slot_on_transfer_failure,
+                            cfg.prealloc_hold)  # fmt: skip
+        self.last_decode_progress = 0.0
+        self.fault_events.clear()
         self.ledger.clear()
         self.counters = Counters()
         self.firings.clear()
@@ -263,8 +307,7 @@ class Engine:
 
     def prefill_prealloc(self) -> int:
         """Prefill requests whose decode has not come for the KV yet (SGLang's bootstrap queue)."""
-        rooms = [self.rooms.get(e.room) for e in self.ledger.active if e.room is not None]
-        return sum(1 for r in rooms if r is not None and not r.fetch_seen)
+        return sum(1 for e in self.ledger.active if self._unbootstrapped(e))
 
     def snapshot(self) -> dict[str, Any]:
         led = self.ledger
@@ -285,14 +328,18 @@ class Engine:
                 "used": self.slots.used,
                 "waiting": self.slots.waiting,
             },
+            "prealloc_slots": self.prealloc.snapshot(),
             "tokens_total": led.tokens_total,
             "tokens_by_origin": dict(led.tokens_by_origin),
             "gen_throughput": self.throughput.rate(),
             "counters": vars(self.counters).copy(),
             "faults": self.faults.to_json(),
+            "fault_events": list(self.fault_events),
             "watchdogs": {
                 "inflight_pin_s": self.inflight_pin_s,
                 "transfer_timeout_s": self.transfer_timeout_s,
+                "bootstrap_timeout_s": self.bootstrap_timeout_s,
+                "bootstrap_no_progress_s": self.bootstrap_no_progress_s,
             },
             "firings": list(self.firings),
             "transfer_peers": dict(self.peers),

@@ -54,7 +54,10 @@ def gauge_values(engine: Engine) -> dict[str, float]:
         "num_prefill_prealloc_queue_reqs": 0 if decode else engine.prefill_prealloc(),
         "num_prefill_inflight_queue_reqs": 0 if decode else led.count("inflight"),
         "num_decode_prealloc_queue_reqs": led.count("prealloc") if decode else 0,
-        "num_decode_transfer_queue_reqs": led.count("transfer") if decode else 0,
+        # A slot whose transfer failed counts until its policy gives it back (admission.py).
+        "num_decode_transfer_queue_reqs": (
+            led.count("transfer") + engine.prealloc.orphaned if decode else 0
+        ),
     }
 
 

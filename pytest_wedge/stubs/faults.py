@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from dataclasses import replace as _replace
 from typing import Any
 
-# kind -> (params with defaults; None means required)
+# The one engine-fault vocabulary: kind -> its parameters with their defaults (None means
+# required). pytest_wedge.faults.engine declares a class per kind with these very fields.
 KINDS: dict[str, dict[str, Any]] = {
     "stall_before_first_token": {},
     "stall_after_tokens": {"tokens": None},
+    # A decode that never leaves bootstrapping: it holds the request in its preallocation
+    # queue and never contacts the prefill (sglang issue #39367).
+    "stall_bootstrap": {},
+    # A prefill whose bootstrap handshake succeeds but whose KV never arrives: the transfer
+    # channel is unreachable while every port answers (sglang issue #23342).
+    "stall_kv_transfer": {},
     "pin_on_abort": {},
     "serialize": {},
-    "error_status": {"status": 500, "message": "injected engine error"},
+    # first_n: only the first n matching requests error (0: no limit); probability: each
+    # matching request errors with this probability, drawn from the stub's --seed;
+    # after_kv_taken: the worker runs the request until its KV has been handed over (a prefill:
+    # taken by the decode; a decode: received) and only then answers with the error, holding
+    # its response head until then; delay_ms: how long after that point (or after arrival) the
+    # error goes out.
+    "error_status": {
+        "status": 500,
+        "message": "injected engine error",
+        "first_n": 0,
+        "probability": 1.0,
+        "after_kv_taken": False,
+        "delay_ms": 0.0,
+    },
     "slow_tokens": {"itl_ms": None},
     "crash": {"exit_code": 1},
     "refuse_bootstrap": {},
 }
+# Limits a listing shows only where they limit: an unlimited error_status reads as before.
+QUIET_AT_DEFAULT = frozenset({"first_n", "probability", "after_kv_taken", "delay_ms"})
 
 
 class FaultError(ValueError):
@@ -34,6 +57,10 @@ class Fault:
     message: str = ""
     itl_ms: float = 0.0
     exit_code: int = 1
+    first_n: int = 0
+    probability: float = 1.0
+    after_kv_taken: bool = False
+    delay_ms: float = 0.0
 
     def matches(self, origin: str) -> bool:
         return self.origin is None or self.origin == origin
@@ -41,7 +68,13 @@ class Fault:
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "kind": self.kind, "origin": self.origin}
         params = KINDS[self.kind]
-        out.update({k: v for k, v in asdict(self).items() if k in params})
+        out.update(
+            {
+                k: v
+                for k, v in asdict(self).items()
+                if k in params and not (k in QUIET_AT_DEFAULT and v == params[k])
+            }
+        )
         return out
 
 
@@ -52,6 +85,12 @@ def _int(kind: str, key: str, value: Any, lo: int, hi: int) -> int:
     if not lo <= int(value) <= hi:
         raise FaultError(f"{kind}: {key} must be within {lo}..{hi}, got {value!r}")
     return int(value)
+
+
+def _ms(kind: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 6e5:
+        raise FaultError(f"{kind}: {key} must be a number within 0..600000")
+    return float(value)
 
 
 def parse_fault(body: Any) -> Fault:
@@ -83,29 +122,90 @@ def parse_fault(body: Any) -> Fault:
             raise FaultError(f"{kind}: message must be a string")
         fault = _replace(fault, message=values["message"])
     if "itl_ms" in values:
-        itl = values["itl_ms"]
-        if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0 <= itl <= 600_000:
-            raise FaultError(f"{kind}: itl_ms must be a number within 0..600000")
-        fault = _replace(fault, itl_ms=float(itl))
+        fault = _replace(fault, itl_ms=_ms(kind, "itl_ms", values["itl_ms"]))
     if "exit_code" in values:
         fault = _replace(fault, exit_code=_int(kind, "exit_code", values["exit_code"], 0, 255))
+    if "first_n" in values:
+        fault = _replace(fault, first_n=_int(kind, "first_n", values["first_n"], 0, 10_000_000))
+    if "probability" in values:
+        p = values["probability"]
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise FaultError(f"{kind}: probability must be a number within 0..1, got {p!r}")
+        fault = _replace(fault, probability=float(p))
+    if "after_kv_taken" in values:
+        if not isinstance(values["after_kv_taken"], bool):
+            raise FaultError(f"{kind}: after_kv_taken must be true or false")
+        fault = _replace(fault, after_kv_taken=values["after_kv_taken"])
+    if "delay_ms" in values:
+        fault = _replace(fault, delay_ms=_ms(kind, "delay_ms", values["delay_ms"]))
     return fault
 
 
-class FaultSet:
-    """Active faults by name. Adding a name again replaces the previous fault."""
+@dataclass
+class _Draws:
+    """What a limited fault has done so far: its seeded draws and how often it fired."""
 
-    def __init__(self) -> None:
+    rng: random.Random
+    matched: int = 0
+    fired: int = 0
+
+
+class FaultSet:
+    """Active faults by name. Adding a name again replaces the previous fault.
+
+    The name is the fault's instance id: the test side gives every fault instance its own
+    (``wedge-<kind>-<n>``), so two faults of one kind, say for two origins, live side by side
+    and each is removed alone. Where several match a request, the earliest added wins.
+    """
+
+    def __init__(self, seed: int = 0, on_change: Callable[[], None] | None = None) -> None:
         self._by_name: dict[str, Fault] = {}
+        self._draws: dict[str, _Draws] = {}
+        self.seed = seed
+        # Called after every add, remove and clear: a held request re-checks its stall then.
+        self.on_change = on_change
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def add(self, fault: Fault) -> None:
         self._by_name[fault.name] = fault
+        # Seeded by what the fault is, never by its name (the test side numbers instances per
+        # process): with one --seed, the n-th matching request gets the same draw every run.
+        key = f"{self.seed}/{fault.kind}/{fault.origin}/{fault.probability!r}"
+        self._draws[fault.name] = _Draws(random.Random(key))
+        self._changed()
 
     def remove(self, name: str) -> bool:
-        return self._by_name.pop(name, None) is not None
+        removed = self._by_name.pop(name, None) is not None
+        self._draws.pop(name, None)
+        if removed:
+            self._changed()
+        return removed
 
     def clear(self) -> None:
         self._by_name.clear()
+        self._draws.clear()
+        self._changed()
+
+    def fire(self, kind: str, origin: str) -> Fault | None:
+        """The fault of ``kind`` that acts on this request, counting it against the fault's
+        ``first_n`` and drawing its ``probability``; None when none acts. Use it for faults
+        that act per request (error_status); ``find`` only looks."""
+        if not self._by_name:
+            return None
+        for fault in self._by_name.values():
+            if fault.kind != kind or not fault.matches(origin):
+                continue
+            draws = self._draws[fault.name]
+            draws.matched += 1
+            if fault.first_n and draws.fired >= fault.first_n:
+                continue
+            if draws.rng.random() < fault.probability:
+                draws.fired += 1
+                return fault
+        return None
 
     def find(self, kind: str, origin: str) -> Fault | None:
         # Fast path: most requests run with no fault at all.
@@ -120,7 +220,14 @@ class FaultSet:
         return any(f.kind == kind for f in self._by_name.values())
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [f.to_json() for f in self._by_name.values()]
+        out = []
+        for fault in self._by_name.values():
+            item = fault.to_json()
+            draws = self._draws.get(fault.name)
+            if fault.kind == "error_status" and draws is not None:
+                item.update(matched=draws.matched, fired=draws.fired)
+            out.append(item)
+        return out
 
     def __len__(self) -> int:
         return len(self._by_name)

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .engine import RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
+from .engine import BOOTSTRAP_TIMEOUT, RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
+from .faults import Fault
 from .ledger import Entry
 from .sched import Released, until_released
 from .textgen import RequestInfo
@@ -30,11 +31,14 @@ def outcome(reason: str) -> tuple[str, int]:
 class Failed(Exception):
     """The request ends in state error with this status and message."""
 
-    def __init__(self, status: int, message: str, state: str = "error") -> None:
+    def __init__(
+        self, status: int, message: str, state: str = "error", detail: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.state = state
+        self.detail = detail or message  # what the ledger says
 
 
 async def run_request(
@@ -57,10 +61,12 @@ async def run_request(
         state, status = outcome(rel.reason)
         if rel.reason == TRANSFER_TIMEOUT:
             engine.counters.transfer_failed += 1
+        elif rel.reason == BOOTSTRAP_TIMEOUT:
+            engine.counters.bootstrap_failed += 1
         engine.finish(entry, state, rel.reason)
         return await _end(request, reply, status, rel.reason)
     except Failed as exc:
-        engine.finish(entry, exc.state, exc.message)
+        engine.finish(entry, exc.state, exc.detail)
         return await _end(request, reply, exc.status, exc.message)
     except asyncio.CancelledError:
         if not entry.detached:
@@ -81,6 +87,15 @@ async def _end(request: web.Request, reply: Reply, status: int, message: str) ->
         return await reply.fail(status, message)
     except ConnectionResetError:
         return reply.resp or web.Response(status=499)
+
+
+async def fail_late(fault: Fault) -> None:
+    """An ``error_status`` fault with ``after_kv_taken``: the worker did the work up to the KV
+    hand-over, and now answers with the error (after ``delay_ms``)."""
+    if fault.delay_ms:
+        await asyncio.sleep(fault.delay_ms / 1000.0)
+    raise Failed(fault.status, fault.message, detail=f"error_status fault {fault.name}: "
+                 f"{fault.status} after the KV hand-over")  # fmt: skip
 
 
 async def admit(engine: Engine, entry: Entry, running_state: str) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from aiohttp import web
 
-from .engine import ENGINE, Engine, Room
-from .flow import Failed, admit, run_request
+from .engine import ENGINE, Engine
+from .faults import Fault
+from .flow import Failed, admit, fail_late, run_request
 from .ledger import Entry
-from .sched import hold, until_released
+from .rooms import Room
+from .sched import Released, hold, until_released
 from .textgen import RequestInfo
 from .wire import Reply, send_error
 
@@ -28,13 +31,8 @@ async def _wait_any(*events: asyncio.Event) -> None:
 
 
 async def _await_transfer(engine: Engine, room: Room, entry: Entry) -> None:
-    try:
-        await asyncio.wait_for(
-            _wait_any(room.fetched, room.aborted), engine.config.bootstrap_timeout_s
-        )
-    except TimeoutError:
-        engine.counters.bootstrap_failed += 1
-        raise Failed(500, "bootstrap timeout: no decode came for the KV") from None
+    # Bounded by the engine's bootstrap deadline (Engine.check_watchdogs), which releases it.
+    await _wait_any(room.fetched, room.aborted)
     if room.fetched.is_set():
         return
     if engine.faults.find("pin_on_abort", entry.origin):
@@ -43,7 +41,11 @@ async def _await_transfer(engine: Engine, room: Room, entry: Entry) -> None:
     raise Failed(499, "transfer aborted by decode", state="aborted")
 
 
-async def handle(request: web.Request, engine: Engine, info: RequestInfo) -> web.StreamResponse:
+async def handle(
+    request: web.Request, engine: Engine, info: RequestInfo, error: Fault | None
+) -> web.StreamResponse:
+    """``error``: an ``error_status`` fault with ``after_kv_taken`` that fired for this request.
+    It holds the response head and fails the request once the decode has taken its KV."""
     room = engine.room(info.room) if info.room is not None else None
 
     async def body(reply: Reply, entry: Entry) -> web.StreamResponse:
@@ -61,8 +63,7 @@ async def handle(request: web.Request, engine: Engine, info: RequestInfo) -> web
         if room is not None:
             room.entry = entry
         await admit(engine, entry, "prefilling")
-        if engine.faults.find("stall_before_first_token", info.origin):
-            await hold(entry)
+        await engine.stall(entry, "stall_before_first_token")
         await until_released(
             entry, asyncio.sleep(info.prompt_tokens * engine.config.prefill_ms_per_token / 1000.0)
         )
@@ -70,13 +71,16 @@ async def handle(request: web.Request, engine: Engine, info: RequestInfo) -> web
         if room is not None:
             room.kv_ready.set()
             await until_released(entry, _await_transfer(engine, room, entry))
+        if error is not None:
+            await until_released(entry, fail_late(error))
         resp = await reply.finish()
         engine.finish(entry, "ok")
         return resp
 
     try:
         # smg needs the prefill head promptly for streams; the body may follow much later.
-        return await run_request(request, engine, info, "queued", body, eager_head=True)
+        # A late error keeps the head back: smg must see the error as the attempt's answer.
+        return await run_request(request, engine, info, "queued", body, eager_head=error is None)
     finally:
         if room is not None:
             # Any fetch still waiting for KV that will never come must be answered now.
@@ -117,11 +121,17 @@ async def kv_fetch(request: web.Request) -> web.StreamResponse:
             await room.closed.wait()
             return await send_error(request, 503, "transfer peer was reset")
         room.fetch_seen = True
+        engine.last_decode_progress = time.time()  # a decode admitted a room: it makes progress
         try:
             await _wait_any(room.kv_ready, room.closed)
             if not room.kv_ready.is_set() or room.entry is None:
                 return await send_error(request, 503, "prefill request ended before KV was ready")
             room.entry.mark("transfer_start")
+            try:
+                # The handshake is done; a transfer channel that never delivers holds the KV.
+                await engine.stall(room.entry, "stall_kv_transfer")
+            except Released:
+                return await send_error(request, 503, "prefill request ended during the transfer")
             payload = {
                 "room": room_id,
                 "prompt_tokens": room.entry.prompt_tokens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .ledger import Entry
@@ -52,6 +52,22 @@ async def hold(entry: Entry) -> None:
     """Park forever: the request stays open until something releases it."""
     await entry.release.wait()
     raise Released(entry.release_reason)
+
+
+async def stall(
+    entry: Entry, stalled: Callable[[], bool], changed: Callable[[], asyncio.Event]
+) -> None:
+    """Hold the request while ``stalled()`` holds, then let it go on where it stopped.
+
+    ``changed()`` is the event set at the next change of the faults; each change re-checks,
+    so reverting the fault (or the end of its window) resumes the request at once, as a real
+    scheduler that unblocks runs its batch at the next step. A release still ends it.
+    """
+    while stalled():
+        await until_released(entry, changed().wait())
+        if entry.release.is_set():
+            # A reset clears the faults and releases in one step: the release wins.
+            raise Released(entry.release_reason)
 
 
 class SlotPool:

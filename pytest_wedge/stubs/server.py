@@ -16,10 +16,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from . import decode, prefill
-from .config import StubConfig
+from .config import PREALLOC_HOLDS, SLOT_POLICIES, StubConfig
 from .engine import ENGINE, Engine
-from .faults import FaultError, parse_fault
 from .exposition import make_registry, render
+from .faults import FaultError, parse_fault
 from .textgen import PATHS, BadRequest, parse_request
 from .wire import send_error
 
@@ -122,14 +122,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
         log.error("%s crash fault %s: exiting with %d", cfg.component, crash.name, crash.exit_code)
         sys.stderr.flush()
         os._exit(crash.exit_code)
-    err = engine.faults.find("error_status", info.origin)
-    if err is not None:
+    # fire, not find: each matching request counts against first_n and draws its probability.
+    err = engine.faults.fire("error_status", info.origin)
+    if err is not None and not err.after_kv_taken:
         entry = engine.open(info, "queued")
-        engine.finish(entry, "error", f"error_status fault {err.name}: {err.status}")
+        try:
+            await asyncio.sleep(err.delay_ms / 1000.0)
+        finally:
+            engine.finish(entry, "error", f"error_status fault {err.name}: {err.status}")
         return await send_error(request, err.status, err.message)
     if cfg.role == "decode":
-        return await decode.handle(request, engine, request.app[KV], info)
-    return await prefill.handle(request, engine, info)
+        return await decode.handle(request, engine, request.app[KV], info, err)
+    return await prefill.handle(request, engine, info, err)
 
 
 # -- ledger and control API ------------------------------------------------------------------
@@ -169,16 +173,14 @@ async def add_fault(request: web.Request) -> web.Response:
         fault = parse_fault(await _body(request))
     except FaultError as exc:
         return _json({"error": str(exc)}, status=400)
-    engine.faults.add(fault)
-    engine.apply_capacity()
+    engine.add_fault(fault)
     log.info("%s fault added: %s", engine.config.component, fault.to_json())
     return _json({"added": fault.to_json(), "faults": engine.faults.to_json()})
 
 
 async def delete_fault(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    removed = engine.faults.remove(request.match_info["name"])
-    engine.apply_capacity()
+    removed = engine.remove_fault(request.match_info["name"])
     return _json({"removed": removed, "faults": engine.faults.to_json()})
 
 
@@ -205,13 +207,37 @@ async def watchdogs(request: web.Request) -> web.Response:
     body = await _body(request)
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="body must be a JSON object")
-    engine.set_watchdogs(
-        _seconds(body, "inflight_pin_s", engine.inflight_pin_s),
-        _seconds(body, "transfer_timeout_s", engine.transfer_timeout_s),
-    )
-    return _json(
-        {"inflight_pin_s": engine.inflight_pin_s, "transfer_timeout_s": engine.transfer_timeout_s}
-    )
+    names = ("inflight_pin_s", "transfer_timeout_s", "bootstrap_timeout_s",
+             "bootstrap_no_progress_s")  # fmt: skip
+    if set(body) - set(names):
+        raise web.HTTPBadRequest(text=f"unknown watchdog(s); known: {', '.join(names)}")
+    engine.set_watchdogs(**{n: _seconds(body, n, getattr(engine, n)) for n in names if n in body})
+    return _json({name: getattr(engine, name) for name in names})
+
+
+async def admission(request: web.Request) -> web.Response:
+    """Set the decode's preallocation slots and slot policy (reset restores the flags')."""
+    engine = request.app[ENGINE]
+    body = await _body(request)
+    keys = {"prealloc_slots", "slot_on_transfer_failure", "prealloc_hold"}
+    if not isinstance(body, dict) or set(body) - keys:
+        raise web.HTTPBadRequest(
+            text="body must be a JSON object with prealloc_slots, slot_on_transfer_failure "
+            "and/or prealloc_hold"
+        )
+    slots = body.get("prealloc_slots")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        raise web.HTTPBadRequest(text="prealloc_slots must be an integer >= 1")
+    policy = body.get("slot_on_transfer_failure")
+    if policy is not None and policy not in SLOT_POLICIES:
+        raise web.HTTPBadRequest(
+            text=f"slot_on_transfer_failure must be one of {', '.join(SLOT_POLICIES)}"
+        )
+    hold = body.get("prealloc_hold")
+    if hold is not None and hold not in PREALLOC_HOLDS:
+        raise web.HTTPBadRequest(text=f"prealloc_hold must be one of {', '.join(PREALLOC_HOLDS)}")
+    engine.prealloc.configure(slots, policy, hold)
+    return _json(engine.prealloc.snapshot())
 
 
 def make_app(engine: Engine) -> web.Application:
@@ -243,6 +269,7 @@ def make_app(engine: Engine) -> web.Application:
     r.add_delete("/control/faults/{name}", delete_fault)
     r.add_post("/control/reset", reset)
     r.add_post("/control/watchdogs", watchdogs)
+    r.add_post("/control/admission", admission)
     return app
 
 

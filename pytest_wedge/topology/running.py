@@ -105,10 +105,13 @@ class Topology:
             check_free({f"{n} http": p for n, p in self.plan.http.items()}
                        | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()}
                        | {"router metrics": self.plan.router_metrics})  # fmt: skip
-            for link in spec.links(self.plan):
-                proxy = self.proxy_prefix + link.proxy_name
-                port = self.toxiproxy.create_proxy(proxy, link.upstream)
-                self.links[link.name] = RunningLink(link, port, proxy)
+            # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
+            links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
+            ports = self.toxiproxy.populate(
+                [{"name": proxy, "upstream": link.upstream} for proxy, link in links.items()]
+            )
+            for proxy, link in links.items():
+                self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
             for component in render_components(spec, self.plan, listen, self.exe):
                 self.components[component.name] = component

@@ -36,6 +36,12 @@ class StubOptions:
     inflight_pin_watchdog_s: float = 0.0
     transfer_timeout_s: float = 0.0
     bootstrap_timeout_s: float = 300.0
+    # Decode admission (stubs/admission.py): preallocation slots (0: twice max_running, as
+    # SGLang sizes its pre-allocation pool) and what a failed KV transfer does to its slot.
+    prealloc_slots: int = 0
+    slot_on_transfer_failure: str = "released"  # or released_after_timeout, leaked
+    prealloc_hold: str = "transfer"  # or "request": the slot is held through generation
+    bootstrap_no_progress_s: float = 0.0  # a no-progress bootstrap deadline on prefill (0: off)
     extra_args: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
@@ -50,6 +56,10 @@ class StubOptions:
             "--inflight-pin-watchdog-s", str(self.inflight_pin_watchdog_s),
             "--transfer-timeout-s", str(self.transfer_timeout_s),
             "--bootstrap-timeout-s", str(self.bootstrap_timeout_s),
+            "--prealloc-slots", str(self.prealloc_slots),
+            "--slot-on-transfer-failure", self.slot_on_transfer_failure,
+            "--prealloc-hold", self.prealloc_hold,
+            "--bootstrap-no-progress-s", str(self.bootstrap_no_progress_s),
             *self.extra_args,
         ]  # fmt: skip
 

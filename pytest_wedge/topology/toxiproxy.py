@@ -1,67 +1,127 @@
 """Toxiproxy: finding the server, describing it as a component, and talking to its API.
 
-toxiproxy-python (0.1.1, 2019) works against Toxiproxy 2.12 for proxy and toxic CRUD, but it
-keeps the API address in class-level globals and has no PATCH, metrics or reset of its own
-kind. Everything about it stays inside this module: calls through it bind the globals under a
-lock, and the rest (reset, enable/disable, metrics, listing) go through one pooled httpx client.
+The client speaks Toxiproxy's REST API directly, through one pooled httpx client per server
+(``/proxies``, ``/populate``, toxics, ``/reset``, ``/version``, ``/metrics``): the few calls we
+need do not warrant a dependency, and a client object per server lets one process drive
+several servers. httpx is imported when a client is made, so finding the binary or reading
+the version stays light for the plugin's start-up.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import httpx
-import toxiproxy
-from toxiproxy.api import APIConsumer
-from toxiproxy.exceptions import NotFound
+from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.errors import MissingBinaryError, WedgeError
 from pytest_wedge.topology.spec import LOOPBACK, ComponentSpec
 
+if TYPE_CHECKING:
+    import httpx
+
 TOXIPROXY_VERSION = "2.12.0"
+BINARY = "toxiproxy-server"
+ENV_VAR = "PYTEST_WEDGE_TOXIPROXY"
 INSTALL_HINT = (
-    "run `make install` (it builds Toxiproxy v2.12.0 into ./bin), or build it yourself: "
-    "`go install -ldflags '-X github.com/Shopify/toxiproxy/v2.Version=2.12.0' "
-    "github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0` and rename $GOBIN/server to "
-    "toxiproxy-server; or pass --wedge-toxiproxy=PATH"
+    "run `pytest-wedge install-toxiproxy` (it puts Toxiproxy v2.12.0 into this environment's "
+    "bin/: built with `go install` when Go is on PATH, otherwise the release binary, checked "
+    "against its pinned SHA-256), or pass --wedge-toxiproxy=PATH"
 )
-_GLOBALS = threading.Lock()
+MAKE_HINT = (
+    "run `make install` (it builds Toxiproxy v2.12.0 into ./bin), or "
+    "`pytest-wedge install-toxiproxy --dest bin`, or pass --wedge-toxiproxy=PATH"
+)
+ANY_PORT = f"{LOOPBACK}:0"  # Toxiproxy picks a free port: race-free, unlike choosing one
 
 
-def find_toxiproxy(explicit: str | None = None, project_root: Path | None = None) -> str:
-    """``--wedge-toxiproxy PATH``, then the project-local ``bin/``, then ``PATH``."""
-    tried: list[str] = []
+def install_hint(rootdir: Path | None = None) -> str:
+    """How to get Toxiproxy. ``make`` is named only where this project's Makefile is."""
+    makefile = rootdir / "Makefile" if rootdir is not None else None
+    try:
+        if makefile is not None and "toxiproxy" in makefile.read_text(errors="replace"):
+            return MAKE_HINT
+    except OSError:
+        pass
+    return INSTALL_HINT
+
+
+@dataclass(frozen=True)
+class FoundToxiproxy:
+    """Where toxiproxy-server was found, and by which rule of the discovery order."""
+
+    path: str
+    source: str
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def locate_toxiproxy(
+    explicit: str | None = None,
+    *,
+    source: str = "--wedge-toxiproxy",
+    base_dir: Path | None = None,
+    rootdir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    prefix: str | None = None,
+) -> FoundToxiproxy:
+    """Find toxiproxy-server by the discovery order, or raise MissingBinaryError.
+
+    1. ``explicit``, a path given by ``source`` (the option, the environment or the ini file),
+       relative to ``base_dir`` (the ini file's directory for an ini value); a given path that
+       is not an executable is an error, never silently skipped;
+    2. ``$PYTEST_WEDGE_TOXIPROXY`` (relative to the working directory);
+    3. the venv's ``bin/`` (``sys.prefix``, where ``pytest-wedge install-toxiproxy`` puts it);
+    4. ``rootdir/bin/`` (where ``make install`` puts it);
+    5. ``$GOBIN``;
+    6. ``PATH``.
+    """
+    env = os.environ if environ is None else environ
+    hint = install_hint(rootdir)
+    if not explicit and env.get(ENV_VAR):
+        explicit, source, base_dir = env[ENV_VAR], f"environment ({ENV_VAR})", None
     if explicit:
-        tried.append(explicit)
-        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
-            return os.path.abspath(explicit)
+        path = Path(explicit).expanduser()
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        if _executable(path):
+            return FoundToxiproxy(str(path.absolute()), source)
         raise MissingBinaryError(
-            "The toxiproxy-server given by --wedge-toxiproxy is not an executable file",
-            facts={"given": explicit},
-            fix=INSTALL_HINT,
+            f"The toxiproxy-server given by {source} is not an executable file",
+            facts={"given": explicit, "resolved to": path.absolute()},
+            fix=hint,
         )
-    roots = [project_root] if project_root else []
-    roots.append(Path.cwd())
-    for root in roots:
-        candidate = root / "bin" / "toxiproxy-server"
+    candidates = [(Path(prefix or sys.prefix) / "bin", "the venv's bin/")]
+    if rootdir is not None:
+        candidates.append((rootdir / "bin", "the rootdir's bin/"))
+    if env.get("GOBIN"):
+        candidates.append((Path(env["GOBIN"]), "$GOBIN"))
+    tried: list[str] = []
+    for directory, why in candidates:
+        candidate = directory / BINARY
         tried.append(str(candidate))
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("toxiproxy-server")
+        if _executable(candidate):
+            return FoundToxiproxy(str(candidate.absolute()), why)
+    found = shutil.which(BINARY, path=env.get("PATH", os.defpath))
     if found:
-        return found
-    tried.append("toxiproxy-server on PATH")
+        return FoundToxiproxy(os.path.abspath(found), "PATH")
+    tried.append(f"{BINARY} on PATH")
     raise MissingBinaryError(
         "toxiproxy-server was not found",
         facts={"looked in": "; ".join(tried)},
-        fix=INSTALL_HINT,
+        fix=hint,
     )
+
+
+def find_toxiproxy(explicit: str | None = None, project_root: Path | None = None) -> str:
+    """The path of toxiproxy-server by :func:`locate_toxiproxy`'s order; ``project_root`` is
+    the rootdir (default: the working directory)."""
+    return locate_toxiproxy(explicit, rootdir=project_root or Path.cwd()).path
 
 
 def server_component(binary: str, port: int) -> ComponentSpec:
@@ -82,73 +142,121 @@ class ToxiproxyClient:
     """A client for one Toxiproxy server (safe to have several in one process)."""
 
     def __init__(self, port: int, host: str = LOOPBACK) -> None:
+        import httpx
+
         self.host, self.port = host, port
         self.base_url = f"http://{host}:{port}"
+        # trust_env=False: proxy variables must never reroute loopback admin calls.
         self._http = httpx.Client(base_url=self.base_url, timeout=10.0, trust_env=False)
 
-    @contextmanager
-    def _bound(self) -> Iterator[toxiproxy.Toxiproxy]:
-        with _GLOBALS:
-            APIConsumer.host, APIConsumer.port = self.host, self.port
-            yield toxiproxy.Toxiproxy()
+    def _send(self, method: str, path: str, what: str, json: Any = None) -> httpx.Response:
+        import httpx
 
-    def _check(self, response: httpx.Response, what: str) -> Any:
-        if response.is_success:
-            return response.json() if response.content else None
-        raise ToxiproxyError(
+        try:
+            return self._http.request(method, path, json=json)
+        except httpx.HTTPError as exc:
+            raise ToxiproxyError(
+                f"Toxiproxy did not answer when asked to {what}",
+                facts={"server": self.base_url, "error": f"{type(exc).__name__}: {exc}"},
+                fix="check that toxiproxy-server is running (the session starts it)",
+            ) from exc
+
+    def _call(self, method: str, path: str, what: str, json: Any = None,
+              missing_ok: bool = False) -> Any:  # fmt: skip
+        """One API call; the JSON answer, or None. ``missing_ok``: a 404 is not an error."""
+        response = self._send(method, path, what, json)
+        if missing_ok and response.status_code == 404:
+            return None
+        if not response.is_success:
+            raise self._refused(response, what, json)
+        return response.json() if response.content else None
+
+    def _refused(self, response: httpx.Response, what: str, sent: Any,
+                 fix: str | None = None) -> ToxiproxyError:  # fmt: skip
+        fixes = {
+            404: "the topology may have been torn down; faults apply to a running topology",
+            409: "a toxic or proxy of that name exists already; each fault instance has its own",
+        }
+        return ToxiproxyError(
             f"Toxiproxy refused to {what}",
             facts={"status": response.status_code, "answer": response.text[:300],
-                   "server": self.base_url},
-            fix="check the proxy and toxic names and attributes against docs/creating-faults.md",
+                   "sent": sent, "server": self.base_url},
+            fix=fix or fixes.get(response.status_code,
+                                 "check the proxy and toxic names and attributes against "
+                                 "docs/creating-faults.md"),
         )  # fmt: skip
 
     def version(self) -> str:
-        return str(self._check(self._http.get("/version"), "report its version")["version"])
+        return str(self._call("GET", "/version", "report its version")["version"])
 
-    def create_proxy(self, name: str, upstream: str, listen: str = f"{LOOPBACK}:0") -> int:
+    def populate(self, proxies: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Create (or replace) many proxies in one call; returns each one's listen port.
+
+        Each proxy is ``{"name", "upstream"}`` plus optional ``listen`` (default: any free
+        port) and ``enabled``. Toxiproxy replaces a proxy of the same name whose listen or
+        upstream differ, so a stale one from an earlier run never survives. A call that fails
+        half-way removes the proxies it did create before raising.
+        """
+        body = [{"listen": ANY_PORT, **proxy} for proxy in proxies]
+        if not body:
+            return {}
+        what = f"populate {len(body)} proxies"
+        response = self._send("POST", "/populate", what, body)
+        created = self._listed_proxies(response)
+        if not response.is_success:
+            for proxy in created:
+                self.delete_proxy(proxy["name"])
+            raise self._refused(response, what, body)
+        return {proxy["name"]: int(str(proxy["listen"]).rsplit(":", 1)[1]) for proxy in created}
+
+    @staticmethod
+    def _listed_proxies(response: httpx.Response) -> list[dict[str, Any]]:
+        # On failure too, /populate lists the proxies it created before it stopped.
+        try:
+            listed = response.json().get("proxies") if response.content else None
+        except ValueError:
+            listed = None
+        return list(listed or [])
+
+    def create_proxy(self, name: str, upstream: str, listen: str = ANY_PORT) -> int:
         """Create (or replace) a proxy; returns the port Toxiproxy chose to listen on."""
-        with self._bound() as api:
-            if name in api.proxies():
-                api.destroy(api.get_proxy(name))
-            proxy = api.create(upstream=upstream, name=name, listen=listen, enabled=True)
-        return int(str(proxy.listen).rsplit(":", 1)[1])
+        return self.populate([{"name": name, "upstream": upstream, "listen": listen}])[name]
 
     def delete_proxy(self, name: str) -> None:
-        response = self._http.delete(f"/proxies/{name}")
-        if response.status_code != 404:
-            self._check(response, f"delete proxy {name}")
+        """Idempotent: deleting a proxy that is gone is not an error."""
+        self._call("DELETE", f"/proxies/{name}", f"delete proxy {name}", missing_ok=True)
 
     def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
-        with self._bound() as api:
-            try:
-                api.get_proxy(proxy).add_toxic(**toxic)
-            except NotFound as exc:
-                raise ToxiproxyError(
-                    f"Toxiproxy has no proxy {proxy!r}", facts={"toxic": toxic},
-                    fix="the topology may have been torn down; faults apply to a running topology",
-                ) from exc  # fmt: skip
+        self._call("POST", f"/proxies/{proxy}/toxics",
+                   f"add toxic {toxic.get('name')} to {proxy}", json=toxic)  # fmt: skip
+
+    def toxics(self, proxy: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/proxies/{proxy}/toxics",
+                                                  f"list the toxics of {proxy}")  # fmt: skip
+        return result
 
     def remove_toxic(self, proxy: str, toxic_name: str) -> None:
         """Idempotent: removing a toxic that is gone is not an error."""
-        response = self._http.delete(f"/proxies/{proxy}/toxics/{toxic_name}")
-        if response.status_code != 404:
-            self._check(response, f"remove toxic {toxic_name} from {proxy}")
+        self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic_name}",
+                   f"remove toxic {toxic_name} from {proxy}", missing_ok=True)  # fmt: skip
 
     def set_enabled(self, proxy: str, enabled: bool) -> None:
-        self._check(self._http.patch(f"/proxies/{proxy}", json={"enabled": enabled}),
-                    f"{'enable' if enabled else 'disable'} proxy {proxy}")  # fmt: skip
+        self._call("PATCH", f"/proxies/{proxy}", f"{'enable' if enabled else 'disable'} "
+                   f"proxy {proxy}", json={"enabled": enabled})  # fmt: skip
 
     def proxies(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._check(self._http.get("/proxies"), "list proxies")
+        result: dict[str, Any] = self._call("GET", "/proxies", "list proxies")
         return result
 
     def reset(self) -> None:
         """Re-enable every proxy and remove every toxic."""
-        self._check(self._http.post("/reset"), "reset")
+        self._call("POST", "/reset", "reset")
 
     def metrics(self) -> str:
-        response = self._http.get("/metrics")
-        self._check(response, "report metrics") if not response.is_success else None
+        response = self._send("GET", "/metrics", "report metrics")
+        if not response.is_success:
+            raise self._refused(response, "report metrics", None,
+                                fix="start toxiproxy-server with -proxy-metrics")
         return response.text
 
     def close(self) -> None:

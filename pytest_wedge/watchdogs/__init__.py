@@ -1,5 +1,6 @@
 """Watchdogs: the kinds (router flags, engine watchdogs, a user's own), the reference
-policies, and ``expect_cleared``, the check that one clears a wedge within its budget."""
+policies, ``expect_cleared`` (a watchdog clears a wedge within its budget) and
+``expect_quiet`` (it leaves healthy work alone)."""
 
 from pytest_wedge.watchdogs.clearing import ClearCheck, NotClearedError, expect_cleared
 from pytest_wedge.watchdogs.kinds import (
@@ -18,9 +19,12 @@ from pytest_wedge.watchdogs.kinds import (
 from pytest_wedge.watchdogs.policies import (
     AggregateThroughputWatchdog,
     CoRestartWatchdog,
+    NoProgressWatchdog,
     aggregate_throughput_check,
     co_restart_on_transfer_wedge,
+    no_progress_check,
 )
+from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
 
 __all__ = [
     "AggregateThroughputWatchdog",
@@ -28,9 +32,12 @@ __all__ = [
     "ClearCheck",
     "CoRestartWatchdog",
     "CommandWatchdog",
+    "FalsePositiveError",
     "Firing",
     "InflightPinWatchdog",
+    "NoProgressWatchdog",
     "NotClearedError",
+    "QuietCheck",
     "RequestTimeout",
     "RouterFlag",
     "StreamBodyStallTimeout",
@@ -40,5 +47,7 @@ __all__ = [
     "aggregate_throughput_check",
     "co_restart_on_transfer_wedge",
     "expect_cleared",
+    "expect_quiet",
+    "no_progress_check",
     "watchdog_report",
 ]

@@ -18,6 +18,7 @@ import httpx
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.errors import WedgeError
 from pytest_wedge.scene import Scene
+from pytest_wedge.waiting import poll
 from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
 
 if TYPE_CHECKING:
@@ -126,25 +127,30 @@ def expect_cleared(
         started = [w.started for w in wedge.faults.windows if w.started >= entered]
         check.onset = min(started, default=entered)
         deadline = check.onset + within_s
-        # A wedge must show before it can clear: requests seen overdue are remembered until
-        # each has a final state, so a check never passes before the wedge even began.
-        ever_stuck: set[str] = set()
-        while True:
+        # A wedge must show before it can clear: requests held overdue are remembered until
+        # each has a final state, so a check never passes before the wedge even began. That
+        # includes requests sent inside the block that a watchdog already ended before the
+        # first look: on a loaded machine the block itself can outlast the watchdog.
+        ever_stuck: set[str] = {
+            r.request_id
+            for r in wedge.ledger.by_origin(origin)
+            if r.sent is not None and r.sent >= entered and r.age() >= overdue_after_s
+        }
+
+        def cleared() -> bool:
             now = time.time()
             overdue = _stuck(wedge, origin, overdue_after_s)
             ever_stuck.update(r.request_id for r in overdue)
             unfinished = {r.request_id for r in wedge.ledger.by_origin(origin).pending()}
-            if (
+            return bool(
                 ever_stuck
                 and not overdue
                 and not ever_stuck & unfinished
                 and (not require_recovery or _probe_succeeds(wedge, origin, deadline - now))
-            ):
-                check.cleared_at = time.time()
-                break
-            if now > deadline:
-                break
-            time.sleep(poll_s)
+            )
+
+        if poll(cleared, timeout_s=deadline - time.time(), interval_s=poll_s).met:
+            check.cleared_at = time.time()
         check.ever_stuck = len(ever_stuck)
         check.watchdog_rows = watchdog_report(wedge, watchdogs)
         wedge.clear_checks.append(check)

@@ -34,6 +34,9 @@ class Watchdog:
     """Base: ``arm`` before the wedge, ``firings`` afterwards, ``disarm`` at the end."""
 
     name = "watchdog"
+    # What it does to healthy work when it fires there, for a false-positive verdict
+    # ("cuts healthy streams longer than 2 s"); empty when there is nothing general to say.
+    harms = ""
 
     def arm(self, scene: Scene) -> None:
         """Switch the watchdog on and take whatever baseline ``firings`` compares against."""
@@ -65,6 +68,7 @@ class RouterFlag(Watchdog):
     flag: str
     seconds: float
     counters: Sequence[tuple[str, dict[str, str]]] = ()
+    harms: str = ""
     _baseline: float = field(default=0.0, init=False)
     _fired_at: float | None = field(default=None, init=False)
 
@@ -99,7 +103,7 @@ def RequestTimeout(seconds: float) -> RouterFlag:
     return RouterFlag("--request-timeout-secs", seconds, counters=(
         ("smg_worker_errors_total", {"error_type": "timeout"}),
         ("smg_worker_retries_exhausted_total", {}),
-    ))  # fmt: skip
+    ), harms=f"cuts healthy streams longer than {seconds:g} s")  # fmt: skip
 
 
 def StreamBodyStallTimeout(seconds: float) -> RouterFlag:
@@ -154,7 +158,12 @@ def TransferTimeoutWatchdog(after_s: float, component: str = "decode-0") -> Stub
 @dataclass
 class CallableWatchdog(Watchdog):
     """A user's watchdog: ``check(wedge)`` runs every ``interval_s`` on its own thread and
-    returns a description of what it did, or None when it did nothing."""
+    returns a description of what it did, or None when it did nothing.
+
+    ``firings`` and ``errors`` cover the latest arming only. Each arming gets its own thread,
+    stop event and lists, so a thread from an earlier arming (say, one still inside a slow
+    ``check`` when ``disarm`` gave up waiting) can neither run again nor report into them.
+    """
 
     check: Callable[[Any], str | None]  # gets the object the watchdog was armed with
     interval_s: float = 0.2
@@ -169,28 +178,40 @@ class CallableWatchdog(Watchdog):
         return self.label
 
     def arm(self, scene: Scene) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(scene,), daemon=True,
-                                        name=f"wedge-{self.label}")  # fmt: skip
+        self._halt()  # arming twice must not leave the first thread checking
+        self._stop = threading.Event()
+        self._fired = []
+        self.errors = []
+        self._thread = threading.Thread(
+            target=self._loop, args=(scene, self._stop, self._fired, self.errors),
+            daemon=True, name=f"wedge-{self.label}",
+        )  # fmt: skip
         self._thread.start()
 
-    def _loop(self, scene: Scene) -> None:
-        while not self._stop.wait(self.interval_s):
+    def _loop(self, scene: Scene, stop: threading.Event, fired: list[Firing],
+              errors: list[str]) -> None:  # fmt: skip
+        while not stop.wait(self.interval_s):
             try:
                 action = self.check(scene)
             except Exception as exc:  # a broken watchdog is reported, not fatal to the test
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if action:
-                self._fired.append(Firing(self.label, time.time(), action))
+                fired.append(Firing(self.label, time.time(), action))
 
     def firings(self, scene: Scene) -> list[Firing]:
         return list(self._fired)
 
     def disarm(self, scene: Scene) -> None:
+        self._halt()
+
+    def _halt(self) -> None:
         self._stop.set()
-        if self._thread is not None:
+        # The join is bounded so a check stuck in I/O cannot hang teardown; its stop event is
+        # set, so it never checks again. A check that disarms its own watchdog skips the join.
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+        self._thread = None
 
 
 def CommandWatchdog(argv: Sequence[str], interval_s: float = 0.5) -> CallableWatchdog:

@@ -67,3 +67,31 @@ def AggregateThroughputWatchdog(component: str = "decode-0", idle_s: float = 1.0
                                 interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
     return CallableWatchdog(aggregate_throughput_check(component, idle_s), interval_s,
                             label=f"restart router when {component} tok/s == 0")  # fmt: skip
+
+
+def no_progress_check(origin: str = "harness", idle_s: float = 2.0,
+                      ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+    """A no-progress watchdog, as a harness or a gateway keeps one: it fires when a request of
+    ``origin`` that left the client has received nothing new (no head, no data; SSE keep-alive
+    comments prove a live socket, not progress) for ``idle_s``. Unlike a total-time cap, a
+    long stream that keeps producing tokens never trips it."""
+
+    def check(scene: ActiveScene) -> str | None:
+        now = time.time()
+        idle = [
+            r for r in scene.ledger.by_origin(origin).pending()
+            if r.sent is not None
+            and now - max(r.sent, r.first_byte or 0.0, r.last_byte or 0.0) >= idle_s
+        ]  # fmt: skip
+        if not idle:
+            return None
+        return (f"{len(idle)} {origin} requests without progress for {idle_s:g} s "
+                f"(e.g. {idle[0].request_id})")  # fmt: skip
+
+    return check
+
+
+def NoProgressWatchdog(origin: str = "harness", idle_s: float = 2.0,
+                       interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
+    return CallableWatchdog(no_progress_check(origin, idle_s), interval_s,
+                            label=f"no progress for {idle_s:g} s ({origin})")  # fmt: skip

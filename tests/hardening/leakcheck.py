@@ -69,16 +69,19 @@ def marked_processes(mark: str) -> list[str]:
 
 
 def docker_client() -> tuple[Any, str]:
-    """(client, "") when a Docker daemon answers, else (None, why not)."""
+    """(client, "") when a Docker daemon answers, else (None, why not).
+
+    "Why not" is only ever: no DOCKER_HOST, no docker-py, or nothing answering there. Any
+    other error of the client (a daemon that answers with an error, a bad address) is raised.
+    """
     if not os.environ.get("DOCKER_HOST"):
         return None, "DOCKER_HOST is not set (`make test` starts a private daemon and sets it)"
-    try:
-        import docker
+    from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:
-        return None, f"no Docker daemon answers at {os.environ['DOCKER_HOST']}: {exc}"
+    try:
+        client = connect()
+    except NoDockerDaemon as exc:
+        return None, str(exc)
     return client, ""
 
 

@@ -10,6 +10,7 @@ internals, a hang or a leak.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -33,7 +34,7 @@ from pytest_wedge.glue.marker import parse_marker
 from pytest_wedge.runtime import wait_ready
 from pytest_wedge.runtime.process import ProcessRuntime
 from pytest_wedge.scenarios.catalog import CATALOG_DIR, load_scenario
-from pytest_wedge.topology.ports import PortAllocator
+from pytest_wedge.topology.ports import FIRST_PORT, SLICE, SLICES, PortAllocator
 from pytest_wedge.topology.session import WedgeSession
 from pytest_wedge.topology.spec import ComponentSpec
 
@@ -250,7 +251,7 @@ def test_unknown_runtime(wedge):
 
 
 def test_unknown_link(wedge):
-    wedge.apply(Latency(link="router->decode-9", latency_ms=5))
+    wedge.apply(Latency("router->decode-9", latency_ms=5))
 
 
 def test_unknown_component(wedge):
@@ -286,7 +287,7 @@ def test_what_cannot_start_or_does_not_exist_is_explained_without_leaks(
         ],
         [
             "*test_inner.py:*: in test_unknown_link",
-            "*Latency(link=*",
+            "*Latency(*",
             "ConfigError: Unknown link 'router->decode-9'",
             "  known links: client->router, router->prefill-0, router->decode-0, decode-0->prefill-0",
         ],
@@ -484,6 +485,19 @@ BASE = {
 NESTED = b"[" * 100_000 + b"]" * 100_000  # deeper than any JSON parser's recursion limit
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel picks (bind to 0): in its ephemeral range, above every slice that the
+    port allocator hands out, so a stub started here never takes a topology's port."""
+    allocator_ports = range(FIRST_PORT, FIRST_PORT + SLICE * SLICES)
+    with contextlib.ExitStack() as held:  # held together, so the kernel picks distinct ones
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        ports: list[int] = [sock.getsockname()[1] for sock in socks]
+    assert not set(ports) & set(allocator_ports), (ports, allocator_ports)
+    return ports
+
+
 @dataclass(frozen=True)
 class Stub:
     role: str
@@ -498,8 +512,7 @@ def stub(
 ) -> Iterator[Stub]:
     """One real stub process (no router); prompts capped at 64 tokens, no inter-token delay."""
     role = request.param
-    allocator = PortAllocator()
-    http, bootstrap = allocator.take(2)
+    http, bootstrap = free_ports(2)
     argv = [
         sys.executable,
         "-m",
@@ -535,7 +548,6 @@ def stub(
         yield Stub(role, f"http://127.0.0.1:{http}", bootstrap, runtime)
     finally:
         runtime.close()
-        allocator.close()
 
 
 @pytest.fixture(scope="module")

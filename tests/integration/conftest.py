@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.errors import ConfigError
-
 
 @pytest.fixture
 def docker_up() -> None:
-    """Skip, saying how to fix it, when no Docker daemon answers (`make test` starts one)."""
-    from pytest_wedge.runtime.docker import connect
+    """Skip, saying how to fix it, when no Docker daemon answers (`make test` starts one).
+
+    Only that skips: the SDK missing, or the daemon unreachable. A daemon that answers with
+    an error, or any other failure of the client, fails the test.
+    """
+    from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect
 
     try:
         connect().close()
-    except ConfigError as exc:
+    except NoDockerDaemon as exc:  # it says what to do about it
         pytest.skip(str(exc))

@@ -64,14 +64,14 @@ def stream_timings(wedge, max_tokens=6) -> list[float]:
 
 def test_bandwidth_slows_the_response(wedge):
     baseline = timed(lambda: chat(wedge, max_tokens=64))
-    wedge.apply(Bandwidth(link=CLIENT_LINK, rate_kb_per_s=1))
+    wedge.apply(Bandwidth(CLIENT_LINK, rate_kb_per_s=1))
     slowed = timed(lambda: chat(wedge, max_tokens=64).raise_for_status())
     assert slowed - baseline >= 0.3, (baseline, slowed)
 
 
 def test_slow_close_delays_the_close(wedge):
     port = wedge.topology.links[CLIENT_LINK].listen_port
-    wedge.apply(SlowClose(link=CLIENT_LINK, delay_ms=500))
+    wedge.apply(SlowClose(CLIENT_LINK, delay_ms=500))
 
     def fetch_until_eof() -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -83,20 +83,20 @@ def test_slow_close_delays_the_close(wedge):
 
 
 def test_timeout_zero_is_a_black_hole_that_holds_the_connection(wedge):
-    wedge.apply(Timeout(link=CLIENT_LINK, timeout_ms=0))
+    wedge.apply(Timeout(CLIENT_LINK, timeout_ms=0))
     with pytest.raises(httpx.ReadTimeout):
         chat(wedge, timeout=1.0)
 
 
 def test_reset_peer_resets_the_connection(wedge):
-    wedge.apply(ResetPeer(link=CLIENT_LINK, stream="upstream"))
+    wedge.apply(ResetPeer(CLIENT_LINK, stream="upstream"))
     with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
         chat(wedge)
 
 
 def test_slicer_splits_the_stream_into_slow_small_writes(wedge):
     baseline = timed(lambda: chat(wedge, max_tokens=16))
-    wedge.apply(Slicer(link=CLIENT_LINK, average_size_bytes=1, delay_us=2000))
+    wedge.apply(Slicer(CLIENT_LINK, average_size_bytes=1, delay_us=2000))
     response = None
 
     def sliced() -> None:
@@ -108,13 +108,13 @@ def test_slicer_splits_the_stream_into_slow_small_writes(wedge):
 
 
 def test_limit_data_cuts_the_response(wedge):
-    wedge.apply(LimitData(link=CLIENT_LINK, bytes=60))
+    wedge.apply(LimitData(CLIENT_LINK, bytes=60))
     with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
         chat(wedge)
 
 
 def test_down_refuses_connections(wedge):
-    wedge.apply(Down(link=CLIENT_LINK))
+    wedge.apply(Down(CLIENT_LINK))
     with pytest.raises(httpx.ConnectError):
         chat(wedge)
 
@@ -142,27 +142,27 @@ def test_restart_gives_a_new_process_that_serves(wedge):
 
 
 def test_stall_before_first_token_holds_the_stream(wedge):
-    wedge.apply(StallBeforeFirstToken(component="decode-0"))
+    wedge.apply(StallBeforeFirstToken("decode-0"))
     with pytest.raises(httpx.ReadTimeout):
         chat(wedge, stream=True, timeout=1.0)
 
 
 def test_error_status_reaches_the_client(wedge):
-    wedge.apply(ErrorStatus(component="decode-0", status=503, message="overloaded"))
+    wedge.apply(ErrorStatus("decode-0", status=503, message="overloaded"))
     response = chat(wedge)
     assert response.status_code == 503
     assert "overloaded" in response.text
 
 
 def test_slow_tokens_stretch_inter_token_latency(wedge):
-    wedge.apply(SlowTokens(component="decode-0", itl_ms=150))
+    wedge.apply(SlowTokens("decode-0", itl_ms=150))
     times = stream_timings(wedge)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert len(times) == 6 and min(gaps) >= 0.12, gaps
 
 
 def test_crash_exits_the_worker_on_its_next_request(wedge):
-    fault = wedge.apply(Crash(component="decode-0", exit_code=3))
+    fault = wedge.apply(Crash("decode-0", exit_code=3))
     assert chat(wedge).status_code >= 500
     wait_for(lambda: wedge.topology.runtime.exit_code("decode-0") == 3, timeout_s=5,
              what="decode-0 to exit with code 3")  # fmt: skip

@@ -38,6 +38,19 @@ def harness_tokens(wedge):
     return sum(r.tokens for r in wedge.ledger.by_origin("harness"))
 
 
+def stopped_changing(sample, *, quiet_s):
+    """A wait_for condition: true once ``sample()`` has kept one value for ``quiet_s``."""
+    last = {"value": sample(), "since": time.monotonic()}
+
+    def check() -> bool:
+        value, now = sample(), time.monotonic()
+        if value != last["value"]:
+            last.update(value=value, since=now)
+        return now - last["since"] >= quiet_s
+
+    return check
+
+
 @pytest.fixture(params=["process", "docker"])
 def any_runtime_wedge(request, wedge_factory):
     """The default topology on each runtime: SIGSTOP for processes, `docker pause` for containers."""
@@ -54,7 +67,12 @@ def test_router_pause_with_stray_load_masks_the_wedge(any_runtime_wedge):
 
     with wedge.fault(Pause("router")):
         # Let what the router had already relayed drain, then watch a window.
-        time.sleep(0.3)
+        wait_for(
+            stopped_changing(lambda: (harness.progress(), harness_tokens(wedge)), quiet_s=0.3),
+            timeout_s=10,
+            what="the harness to stop receiving what the router relayed before its pause",
+            describe=lambda: f"progress={harness.progress()}, tokens={harness_tokens(wedge)}",
+        )
         before_progress, before_tokens = harness.progress(), harness_tokens(wedge)
         before = tokens_by_origin(wedge, "decode-0")
         throughput = observe(
@@ -179,7 +197,7 @@ def test_client_pool_exhaustion_keeps_requests_inside_the_client(wedge):
 
 @pytest.mark.wedge(router_args=["--request-timeout-secs", "2"])
 def test_half_open_stream_ends_with_router_error_frame_at_request_timeout(wedge):
-    wedge.apply(StallAfterTokens(component="decode-0", tokens=3))
+    wedge.apply(StallAfterTokens("decode-0", tokens=3))
     harness = wedge.harness(agents=5, rounds=1, max_tokens=16, client_timeout_s=20)
     wait_for(
         lambda: (

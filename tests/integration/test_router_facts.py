@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.mark.wedge(router_args=["--request-timeout-secs", "2"])
 def test_request_timeout_is_a_hard_cap_that_cuts_healthy_long_streams(wedge):
     # 12 tokens at 300 ms each is a healthy 3.6 s stream; the 2 s cap ends it anyway.
-    wedge.apply(SlowTokens(component="decode-0", itl_ms=300))
+    wedge.apply(SlowTokens("decode-0", itl_ms=300))
     harness = wedge.harness(agents=1, rounds=1, max_tokens=12, client_timeout_s=20)
     assert harness.wait(15)
     (record,) = wedge.ledger.by_origin("harness")
@@ -35,7 +35,7 @@ def test_request_timeout_is_a_hard_cap_that_cuts_healthy_long_streams(wedge):
 def test_sse_keepalives_defeat_a_client_idle_timeout(wedge):
     # A client that gives up after 2 s of silence never does: the router's `: ping` comments
     # arrive every second while the decode stays stalled.
-    wedge.apply(StallAfterTokens(component="decode-0", tokens=1))
+    wedge.apply(StallAfterTokens("decode-0", tokens=1))
     body = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 8, "stream": True}  # fmt: skip
     timeout = httpx.Timeout(connect=2.0, read=2.0, write=2.0, pool=2.0)
@@ -53,7 +53,7 @@ def test_health_state_never_cancels_requests_already_in_flight(wedge):
     harness = wedge.harness(agents=1, rounds=1, max_tokens=400, client_timeout_s=30)
     wait_for(lambda: any(r.tokens for r in wedge.ledger.by_origin("harness")), timeout_s=5,
              what="the stream to start")  # fmt: skip
-    wedge.apply(SlowTokens(component="decode-0", itl_ms=50))
+    wedge.apply(SlowTokens("decode-0", itl_ms=50))
     wedge.apply(Pause("decode-0"))
     wait_for(lambda: wedge.metric("router", "smg_worker_health") < 2, timeout_s=10,
              what="the router to mark the paused decode unhealthy")  # fmt: skip

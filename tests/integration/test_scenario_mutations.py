@@ -11,9 +11,11 @@ import dataclasses
 
 import pytest
 
-from pytest_wedge.faults import Pause, PinOnAbort, Timeout
+from pytest_wedge.faults import ErrorStatus, Pause, PinOnAbort, Timeout
 from pytest_wedge.scenarios.catalog import ScheduledFault, catalog
-from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.scenarios.run import ScenarioFailed, run_scenario
+from pytest_wedge.waiting import WaitTimeout
+from pytest_wedge.watchdogs import NoProgressWatchdog
 
 pytestmark = pytest.mark.timeout(90)
 CATALOG = {s.name: s for s in catalog()}
@@ -27,26 +29,42 @@ def fault_moved(s, fault):
     return dataclasses.replace(s, faults=(ScheduledFault(fault, 0.0, s.faults[0].for_s),))
 
 
+def without_faults(s):
+    return dataclasses.replace(s, faults=())
+
+
+def bootstrap_deadline(s, setting, **expect):
+    """The scenario's one stub watchdog on another setting (from arrival / without progress)."""
+    armed = s.watchdogs[0]
+    dog = dataclasses.replace(armed.watchdog, setting=setting)
+    return dataclasses.replace(s, watchdogs=(dataclasses.replace(armed, watchdog=dog),),
+                               expect=dataclasses.replace(s.expect, **expect))  # fmt: skip
+
+
+# name -> (mutation, what the run raises, its headline after "Scenario <name>: ").
 MUTATIONS = {
     "stray-requester-masks-router-wedge": (
         lambda s: fault_moved(s, Pause("prefill-0")),
-        "expected the wedge at router, the diagnosis says prefill-0",
+        ScenarioFailed, "expected the wedge at router, the diagnosis says prefill-0",
     ),
     "decode-only-restart-wedges-kv-transfer": (
-        without_watchdogs, "not cleared within its budget",
+        without_watchdogs, ScenarioFailed, "the wedge was not cleared within its budget",
     ),
-    "prefill-inflight-pin-after-abort": (without_watchdogs, "not cleared within its budget"),
+    "prefill-inflight-pin-after-abort": (
+        without_watchdogs, ScenarioFailed, "the wedge was not cleared within its budget",
+    ),
     "abort-race-leaks-inflight": (
+        # The settle check is a plain wait: its timeout names what it waited for.
         lambda s: dataclasses.replace(s, faults=(ScheduledFault(PinOnAbort()),)),
-        "every in-flight counter to return to 0",
+        WaitTimeout, "every in-flight counter to return to 0",
     ),
     "decode-serialization-under-load": (
         lambda s: dataclasses.replace(s, faults=()),
-        "expected the wedge at decode-0, the diagnosis says none",
+        ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
     ),
     "client-pool-deadlock": (
         lambda s: dataclasses.replace(s, harness={**s.harness, "leak_streams": False}),
-        "expected the wedge at client, the diagnosis says none",
+        ScenarioFailed, "expected the wedge at client, the diagnosis says none",
     ),
     "half-open-decode-stream": (
         # The router flag is the watchdog; the watchdog entry only observes it.
@@ -54,10 +72,11 @@ MUTATIONS = {
             s, watchdogs=s.watchdogs[1:],
             spec=dataclasses.replace(s.spec, router_args=s.spec.router_args[2:]),
         ),
-        "not cleared within its budget",
+        ScenarioFailed, "the wedge was not cleared within its budget",
     ),
     "kv-transfer-blackhole": (
-        lambda s: fault_moved(s, Timeout(link="router->decode-0", timeout_ms=0)),
+        lambda s: fault_moved(s, Timeout("router->decode-0", timeout_ms=0)),
+        ScenarioFailed,
         "expected the wedge at decode-0->prefill-0, the diagnosis says router->decode-0",
     ),
     "watchdog-watching-the-wrong-signal": (
@@ -65,7 +84,50 @@ MUTATIONS = {
         lambda s: dataclasses.replace(
             s, strays=(), expect=dataclasses.replace(s.expect, red_herring=None)
         ),
-        "expected the watchdog NOT to clear the wedge, but it did",
+        ScenarioFailed, "expected the watchdog NOT to clear the wedge, but it did",
+    ),
+    "request-timeout-cuts-healthy-long-streams": (
+        # Streams shorter than the cap: the false positive this scenario shows disappears.
+        lambda s: dataclasses.replace(s, harness={**s.harness, "max_tokens": 8}),
+        ScenarioFailed,
+        "expected a false positive on healthy work; the watchdogs left it alone",
+    ),
+    "no-progress-watchdog-spares-healthy-streams": (
+        # An idle limit below the inter-token gap: now healthy streams look stalled.
+        lambda s: dataclasses.replace(s, watchdogs=(dataclasses.replace(
+            s.watchdogs[0], watchdog=NoProgressWatchdog(idle_s=0.03, interval_s=0.01)),)),
+        ScenarioFailed, "the watchdogs did not leave healthy work alone",
+    ),
+    # The field incidents (comment blocks cite their sources).
+    "replayed-prefill-error-executes-twice": (
+        # The same 500, sent at arrival: no decode ran the first attempt, so the replay is safe.
+        lambda s: fault_moved(s, ErrorStatus("prefill-0", origin="harness", first_n=4)),
+        ScenarioFailed,
+        "expected a harness request executed more than once (executed_once = false); every "
+        "request id was executed by at most one attempt",
+    ),
+    "bootstrap-deadline-fails-queued-rooms": (
+        # The fix of smg pull request #2463: the deadline measured without progress.
+        lambda s: bootstrap_deadline(s, "bootstrap_no_progress_s"),
+        ScenarioFailed,
+        "expected a false positive on healthy work; the watchdogs left it alone",
+    ),
+    "bootstrap-no-progress-deadline-spares-drain": (
+        # Back to the deadline from arrival: the drain's tail is failed while queued.
+        lambda s: bootstrap_deadline(s, "bootstrap_timeout_s", quiet_within_s=4.0),
+        ScenarioFailed, "the watchdogs did not leave healthy work alone",
+    ),
+    "unbootstrapped-requests-inflate-ttft": (
+        # Low concurrency: the decode's KV memory keeps up, nothing waits unbootstrapped.
+        lambda s: dataclasses.replace(s, harness={**s.harness, "agents": 4}),
+        ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
+    ),
+    "decode-never-leaves-bootstrapping": (
+        without_faults, ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
+    ),
+    "health-200-while-kv-transfer-hangs": (
+        without_faults, ScenarioFailed,
+        "expected the wedge at decode-0->prefill-0, the diagnosis says none",
     ),
 }
 
@@ -76,10 +138,13 @@ def test_every_catalog_scenario_has_a_mutation():
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_a_broken_scenario_fails_and_says_why(name, wedge_factory):
-    mutate, expected = MUTATIONS[name]
+    mutate, error, expected = MUTATIONS[name]
     scenario = mutate(CATALOG[name])
     wedge = wedge_factory(prefill=scenario.spec.prefill, decode=scenario.spec.decode,
                           router_args=scenario.spec.router_args, stub=scenario.spec.stub)
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(error) as failure:
         run_scenario(wedge, scenario)
-    assert expected in str(failure.value)
+    if error is ScenarioFailed:
+        assert failure.value.headline == f"Scenario {name}: {expected}", str(failure.value)
+    else:
+        assert expected in failure.value.headline, str(failure.value)

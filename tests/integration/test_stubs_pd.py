@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -19,22 +18,25 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_wedge.topology.ports import FIRST_PORT, SLICE, SLICES
+from pytest_wedge.waiting import observe, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 SMG = Path(sys.executable).parent / "smg"
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    # Below 32768 so the kernel never hands the port out as an ephemeral client port.
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-32000")
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel picks (bind to 0): in its ephemeral range, above every slice that
+    pytest-wedge's port allocator hands out, so these stubs never take a topology's port."""
+    allocator_ports = range(FIRST_PORT, FIRST_PORT + SLICE * SLICES)
+    with contextlib.ExitStack() as held:  # held together, so the kernel picks distinct ones
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((HOST, 0))
+        ports: list[int] = [sock.getsockname()[1] for sock in socks]
+    assert not set(ports) & set(allocator_ports), (ports, allocator_ports)
+    return ports
 
 
 class Proc:
@@ -60,28 +62,27 @@ class Proc:
 
 
 def wait_ok(url: str, proc: Proc, deadline_s: float = 15.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.popen.poll() is not None:
             raise AssertionError(f"{proc.name} exited {proc.popen.returncode}:\n{proc.tail()}")
         try:
-            if httpx.get(url, timeout=0.5).status_code == 200:
-                return
+            return httpx.get(url, timeout=0.5).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} not 200 within {deadline_s}s:\n{proc.tail()}")
+            return False
+
+    wait_for(answers, timeout_s=deadline_s, what=f"{url} to answer 200", interval_s=0.05,
+             describe=proc.tail)  # fmt: skip
 
 
 def poll_until(fn: Any, deadline_s: float, what: str) -> Any:
-    deadline = time.monotonic() + deadline_s
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last={last!r}")
+    last: list[Any] = [None]
+
+    def check() -> Any:
+        last[0] = fn()
+        return last[0]
+
+    return wait_for(check, timeout_s=deadline_s, what=what, interval_s=0.05,
+                    describe=lambda: repr(last[0]))  # fmt: skip
 
 
 class PD:
@@ -90,8 +91,7 @@ class PD:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.procs: list[Proc] = []
-        self.p_port, self.b_port, self.d_port = free_port(), free_port(), free_port()
-        self.r_port, self.m_port = free_port(), free_port()
+        self.p_port, self.b_port, self.d_port, self.r_port, self.m_port = free_ports(5)
         self.prefill: Proc | None = None
         self.decode: Proc | None = None
         self.smg: Proc | None = None
@@ -278,8 +278,11 @@ def test_decode_only_restart_wedges_transfer_until_prefill_reset(pd: PD) -> None
             10.0,
             "prefill holds the KV",
         )
-        await asyncio.sleep(0.5)
-        assert pd.get("decode", "/control/state")["tokens_total"] == 0  # still wedged
+        # An observation window, not a wait: the wedge holds, so no token comes during it.
+        tokens = await asyncio.to_thread(
+            observe, lambda: pd.get("decode", "/control/state")["tokens_total"], for_s=0.5
+        )
+        assert set(tokens) == {0}, tokens  # still wedged
         # The decode's transfer-timeout watchdog ends the wedged request; smg retries the 500
         # with fresh rooms, each of which wedges again, and finally gives the client an error.
         pd.post("decode", "/control/watchdogs", {"transfer_timeout_s": 0.3})
@@ -324,14 +327,11 @@ def test_pin_on_abort_pins_prefill_until_inflight_watchdog(pd: PD) -> None:
             await task
 
     asyncio.run(abort_mid_prefill())
-    state = poll_until(
-        lambda: (s := pd.get("prefill", "/control/state"))["inflight"] >= 1 and s,
-        5.0,
-        "pinned inflight",
-    )
-    time.sleep(1.5)
-    state = pd.get("prefill", "/control/state")
-    assert state["inflight"] == 1 and state["running"] == 0 and state["slots"]["used"] == 1
+    poll_until(lambda: pd.get("prefill", "/control/state")["inflight"] >= 1, 5.0, "pinned inflight")
+    # An observation window, not a wait: the pin must hold for all of it (it never releases).
+    held = observe(lambda: pd.get("prefill", "/control/state"), for_s=1.5, interval_s=0.1)
+    for state in held:
+        assert state["inflight"] == 1 and state["running"] == 0 and state["slots"]["used"] == 1
     assert "num_prefill_inflight_queue_reqs" in httpx.get(pd.url("prefill", "/metrics")).text
     pd.post("prefill", "/control/watchdogs", {"inflight_pin_s": 0.5})
     state = poll_until(

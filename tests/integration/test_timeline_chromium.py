@@ -44,7 +44,7 @@ def test_timeline_of_a_kv_black_hole_renders_in_chromium(wedge: Wedge, tmp_path:
     with Probe(wedge.topology, interval_s=0.1) as probe:
         wedge.stray("decode-0", rate_per_s=5)
         wedge.harness(agents=30, rounds=5, client_timeout_s=20, think_time_s=0.05)
-        fault = wedge.apply(Timeout(link="decode-0->prefill-0", timeout_ms=0))
+        fault = wedge.apply(Timeout("decode-0->prefill-0", timeout_ms=0))
         wait_for(lambda: any(r.state == "pending" and time.time() - r.created > 1.0
                              for r in wedge.ledger.by_origin("harness")),
                  timeout_s=15, what="an overdue harness request")  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults import Latency, SlowTokens
-from pytest_wedge.load import Harness
+from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 CHAT = {"model": "stub-model", "messages": [{"role": "user", "content": "ping"}]}
@@ -45,24 +45,40 @@ def _ttft(url: str) -> float:
 
 def test_latency_toxic_on_router_to_decode_raises_ttft(wedge):
     baseline = min(_ttft(wedge.url) for _ in range(3))
-    with wedge.fault(Latency(link="router->decode-0", latency_ms=300)):
+    with wedge.fault(Latency("router->decode-0", latency_ms=300)):
         slowed = min(_ttft(wedge.url) for _ in range(3))
     # The toxic adds 300 ms to the head; the best baseline is a little faster than the rest of
     # the slowed request, so allow 50 ms of measurement noise on the difference.
     assert slowed >= 0.3 and slowed - baseline >= 0.25, (baseline, slowed)
 
 
-def test_toxic_from_previous_test_is_gone(wedge):
-    # A toxic left active by a test would show here: reset removes them between tests.
-    wedge.apply(Latency(link="router->decode-0", latency_ms=300))
+def _toxics(wedge) -> dict[str, list[str]]:
+    """The toxics on each of the topology's proxies, by link."""
     proxies = wedge.topology.toxiproxy.proxies()
-    assert proxies[wedge.topology.links["router->decode-0"].proxy]["toxics"]
+    return {
+        name: [toxic["name"] for toxic in proxies[link.proxy]["toxics"]]
+        for name, link in wedge.topology.links.items()
+    }
 
 
-def test_no_toxic_survives_into_the_next_test(wedge):
-    proxies = wedge.topology.toxiproxy.proxies()
-    assert all(not proxy["toxics"] for proxy in proxies.values())
-    assert _ttft(wedge.url) < 0.3
+def test_apply_puts_the_toxic_on_its_link_only(wedge):
+    fault = wedge.apply(Latency("router->decode-0", latency_ms=300))
+    toxics = _toxics(wedge)
+    assert toxics.pop("router->decode-0") == [fault.toxic_name]
+    assert all(not names for names in toxics.values()), toxics
+
+
+def test_no_toxic_survives_into_the_next_test(wedge, wedge_factory):
+    # Leave a toxic behind the way a crashed test would: straight on the proxy, so the handle
+    # knows nothing of it and cannot revert it.
+    leaked = Latency("router->decode-0", latency_ms=300)
+    wedge.topology.toxiproxy.add_toxic(wedge.topology.links[leaked.target].proxy, leaked.payload())
+    assert _toxics(wedge)[leaked.target] == [leaked.toxic_name]
+    # The next test's handle: opening it resets the topology, whatever the last test left.
+    following = wedge_factory()
+    assert following.topology is wedge.topology
+    assert _toxics(following) == {name: [] for name in following.topology.links}
+    assert _ttft(following.url) < 0.3
 
 
 def test_router_sees_both_stubs_as_ready_sglang_workers(wedge):
@@ -74,7 +90,7 @@ def test_router_sees_both_stubs_as_ready_sglang_workers(wedge):
 
 
 def test_router_in_flight_gauge_rises_during_a_request(wedge):
-    wedge.apply(SlowTokens(component="decode-0", itl_ms=100))
+    wedge.apply(SlowTokens("decode-0", itl_ms=100))
     metrics_url = wedge.topology.router_metrics_url
 
     def active() -> float:
@@ -83,10 +99,11 @@ def test_router_in_flight_gauge_rises_during_a_request(wedge):
 
     assert active() == 0
     harness = wedge.harness(agents=1, rounds=1, max_tokens=20)
-    deadline = time.monotonic() + 5
-    seen = 0.0
-    while time.monotonic() < deadline and not seen:
-        seen = active()
+    seen = wait_for(active, timeout_s=5, what="the router's in-flight gauge to rise")
     assert seen >= 1
     assert harness.wait(10)
-    assert isinstance(harness, Harness)
+    [record] = wedge.ledger.by_origin("harness")
+    assert (record.state, record.tokens) == ("ok", 20)
+    # ...and falls back once the request is done: the gauge counts requests, not history.
+    wait_for(lambda: active() == 0, timeout_s=5, what="the router's in-flight gauge to return to 0",
+             describe=lambda: f"smg_worker_requests_active={active():g}")  # fmt: skip

@@ -22,7 +22,7 @@ FAST_BREAKER = pytest.mark.wedge(router_args=["--cb-timeout-duration-secs", "1"]
 
 
 def half_open_streams(wedge):
-    wedge.apply(StallAfterTokens(component="decode-0", tokens=3))
+    wedge.apply(StallAfterTokens("decode-0", tokens=3))
     wedge.harness(agents=5, rounds=1, client_timeout_s=30)
 
 

@@ -131,5 +131,5 @@ def test_scenario_example_runs_from_a_user_catalog(name, pytester, request):
     result = pytester.runpytest_subprocess(
         f"--wedge-scenarios={scenario.name}", toxiproxy_arg(request), "-p", "no:cacheprovider", "-v"
     )
-    result.stdout.fnmatch_lines([f"*{path.name}::{scenario.name} PASSED*"])
+    result.stdout.fnmatch_lines([f"*wedge-scenarios::{scenario.name} PASSED*"])
     result.assert_outcomes(passed=1)

@@ -24,7 +24,7 @@ def test_missing_toxiproxy_is_a_usage_error_naming_the_fix(pytester, monkeypatch
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "*toxiproxy-server given by --wedge-toxiproxy is not an executable file*",
-        "*To fix this: run `make install`*",
+        "*To fix this: run `pytest-wedge install-toxiproxy`*",  # no Makefile in a user's project
     ])  # fmt: skip
 
 
@@ -120,9 +120,9 @@ def test_faults_are_reverted_after_a_failing_test(pytester, request):
         from pytest_wedge.faults import Latency, Pause, SlowTokens, Down
 
         def test_1_fails_with_faults_active(wedge):
-            wedge.apply(Latency(link="router->decode-0", latency_ms=500))
-            wedge.apply(Down(link="router->prefill-0"))
-            wedge.apply(SlowTokens(component="decode-0", itl_ms=500))
+            wedge.apply(Latency("router->decode-0", latency_ms=500))
+            wedge.apply(Down("router->prefill-0"))
+            wedge.apply(SlowTokens("decode-0", itl_ms=500))
             wedge.apply(Pause("router"))
             assert False, "deliberate"
 

@@ -161,7 +161,8 @@ def test_loading_the_plugin_imports_nothing_heavy() -> None:
     assert done.stdout.strip() == ""
 
 
-@pytest.mark.parametrize("heavy", HEAVY)
+# toxiproxy-python is no longer a dependency; the four others are, so the check is live.
+@pytest.mark.parametrize("heavy", [m for m in HEAVY if m != "toxiproxy"])
 def test_the_lightness_check_would_see_a_heavy_import(heavy: str) -> None:
     code = f"import sys, {heavy}; print({heavy!r} in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -152,8 +152,8 @@ def test_paused_prefill_is_named_though_its_ledger_is_silent() -> None:
 
 
 def test_client_pool_exhausted_by_leaked_streams() -> None:
-    leaked = [record(i, first_byte=NOW - 1.9) for i in range(4)]
-    waiting = [record(i, sent=None) for i in range(4, 30)]
+    leaked = [record(i, first_byte=NOW - 1.9, pool_limit=4, pool_in_use=i) for i in range(4)]
+    waiting = [record(i, sent=None, pool_limit=4, pool_in_use=4) for i in range(4, 30)]
     prefill = [entry(r, "ok", kv_ready=1.8, transfer_start=1.7, finished=1.7) for r in ids(4)]
     decode = [entry(r, "ok", tokens=16, kv_received=1.7, first_token=1.69, finished=1.6)
               for r in ids(4)]  # fmt: skip
@@ -190,8 +190,25 @@ def test_other_origins_stuck_are_counted_but_do_not_move_the_location() -> None:
 
 
 def test_ties_go_to_the_upstream_hop() -> None:
-    client = [record(i) for i in range(2)] + [record(2, sent=None), record(3, sent=None)]
+    held = {"sent": None, "pool_limit": 2, "pool_in_use": 2}
+    client = [record(i) for i in range(2)] + [record(2, **held), record(3, **held)]
     assert locate(snapshot(client)).location == "client"
+
+
+def test_requests_not_sent_yet_are_no_wedge_without_an_exhausted_pool() -> None:
+    # CPU starvation: the client has not got round to sending them. No pool limit, no wedge.
+    slow_start = [record(i, sent=None) for i in range(30)]
+    diagnosis = locate(snapshot(slow_start))
+    assert diagnosis.location == "none", diagnosis.render()
+
+
+def test_failures_before_the_window_start_do_not_count() -> None:
+    old = [record(i, age=3, state="error", finished=NOW - 2.5,
+                  error="ConnectError: All connection attempts failed", sent=None)
+           for i in range(30)]  # fmt: skip
+    snap = snapshot(old, links={"client->router": {"enabled": False, "toxics": []}})
+    assert locate(snap).location == "client->router"
+    assert locate(snap, since=NOW - 1.0).location == "none"
 
 
 @pytest.mark.parametrize("fmt", ["json", "dict"])

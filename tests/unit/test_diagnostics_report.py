@@ -103,3 +103,19 @@ def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
 def test_stacks_text_states_its_limits() -> None:
     text = render_stacks({"router": "paused"})
     assert "ledgers" in text and "===== router =====" in text
+
+
+def test_diagnosis_json_shows_both_locators_when_they_disagree(tmp_path: Path) -> None:
+    snap, oracle = black_hole()
+    blind = Diagnosis(location="prefill-0", origin="harness", confidence="likely",
+                      decided_by=["prefill-0 holds 30 prefilling"], locator="blind",
+                      ruled_out=["router: it answers /health"], wedged=30, total=30,
+                      oracle={"location": oracle.location, "headline": oracle.headline()})  # fmt: skip
+    out = write_artifacts(tmp_path / "a", blind, snap)
+    summary = json.loads((out / "diagnosis.json").read_text())
+    assert summary["locator"] == "blind" and summary["confidence"] == "likely"
+    assert summary["oracle"]["location"] == "decode-0->prefill-0"
+    assert summary["ruled_out"] == ["router: it answers /health"]
+    assert "the oracle (ground truth: stub ledgers, faults) says decode-0->prefill-0" in summary["rendered"]
+    agreeing = Diagnosis(location="decode-0->prefill-0", origin="harness", locator="blind")
+    assert not agreeing.disagrees() and "oracle" not in agreeing.render()

@@ -1,9 +1,15 @@
-"""Harness, StrayRequester and Aborter in their own threads against a real socket server."""
+"""Harness, StrayRequester and Aborter in their own threads against a real socket server.
+
+The stray requester's schedule is also checked on a virtual clock, where it is exact.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import selectors
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -11,6 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.load import Aborter, ClientLedger, Harness, StrayRequester
+from pytest_wedge.load import stray as stray_module
 
 
 def _server_module() -> ModuleType:
@@ -136,16 +143,116 @@ def test_a_crashing_load_reports_on_wait() -> None:
         second.stop()
 
 
+def _schedule(sent: list[float], interval: float) -> list[float]:
+    """The slots of an open-loop schedule, as StrayRequester keeps it: one interval after the
+    last slot, or at once when the loop woke too late for that (it slips, never bursts)."""
+    slots = [sent[0]]
+    for previous in sent[:-1]:
+        slots.append(max(slots[-1] + interval, previous))
+    return slots
+
+
 @pytest.mark.timeout(30)
-def test_stray_rate_is_roughly_honoured() -> None:
+def test_stray_rate_is_honoured_on_its_own_schedule() -> None:
+    rate, duration = 20, 1.0
+    interval = 1 / rate
     with ChatServer() as server:
-        stray = StrayRequester(server.base_url, rate_per_s=20, max_duration_s=1.0).start()
+        stray = StrayRequester(server.base_url, rate_per_s=rate, max_duration_s=duration)
+        started = time.time()  # the time bound starts after this, and before the first slot
+        stray.start()
         assert stray.wait(20) and stray.hit_time_bound
     view = stray.ledger.by_origin("stray-1")
-    assert 8 <= len(view) <= 30, len(view)
+    # When each request went out (its record is made the moment its slot comes), in order.
+    sent = [r.created for r in stray.records]
+    slots = _schedule(sent, interval)
+    # Never ahead of the schedule: open loop, no bursts.
+    early = [n for n, (t, slot) in enumerate(zip(sent, slots, strict=True)) if t < slot - 0.002]
+    assert not early, [(n, sent[n] - slots[n]) for n in early]
+    # The schedule had room for rate * duration slots (20), less what a loop that woke late
+    # cost it (the slip, 0 on a quiet machine). No slot after the time bound: at most that
+    # many. Every slot before it used: at least that many, less the slots lost before the
+    # first one (the requester's own start-up, measured) and the one a loop still asleep at
+    # the bound loses.
+    slip = slots[-1] - slots[0] - (len(sent) - 1) * interval
+    room = (duration - slip) * rate
+    late_start = (sent[0] - started) * rate
+    assert room - late_start - 1 <= len(sent) < room + 1, (len(sent), room, late_start)
+    assert len(view) == len(sent)
     assert view.pending() == []
     assert all(r.origin == "stray-1" for r in view)
     assert {r["body"]["user"] for r in server.requests} == {"stray-1"}
+
+
+class _SkipAhead(selectors.DefaultSelector):
+    """Where the loop would block until its next timer, move a virtual clock on to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        if timeout is None:
+            raise RuntimeError("the loop waits for I/O, which a virtual clock cannot skip")
+        self.now += max(timeout, 0.0)
+        return super().select(0)
+
+
+class _VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock: sleeps and timeouts take no real time."""
+
+    def __init__(self) -> None:
+        self.clock = _SkipAhead()
+        super().__init__(self.clock)
+
+    def time(self) -> float:
+        return self.clock.now
+
+
+def _stray_on_virtual_time(
+    monkeypatch: pytest.MonkeyPatch, response_s: float, **options: Any
+) -> tuple[StrayRequester, list[float]]:
+    """Run a StrayRequester to its end on a virtual clock; each request takes ``response_s``.
+
+    Returns the requester and when (on its own clock) each request went out.
+    """
+    loops: list[_VirtualTimeLoop] = []
+    sent_at: list[float] = []
+
+    def new_event_loop() -> _VirtualTimeLoop:
+        loops.append(_VirtualTimeLoop())
+        return loops[-1]
+
+    async def answer(client: Any, ledger: ClientLedger, record: Any, **_: Any) -> None:
+        ledger.add(record)
+        sent_at.append(loops[-1].time())
+        await asyncio.sleep(response_s)
+        record.finish("ok")
+
+    monkeypatch.setattr(asyncio.events, "new_event_loop", new_event_loop)
+    monkeypatch.setattr(stray_module, "send_chat", answer)
+    stray = StrayRequester("http://127.0.0.1:9", **options).start()
+    assert stray.wait(10) and len(loops) == 1
+    return stray, sent_at
+
+
+@pytest.mark.timeout(30)
+def test_stray_sends_rate_times_duration_on_its_own_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    stray, sent_at = _stray_on_virtual_time(monkeypatch, 0.23, rate_per_s=20, max_duration_s=1.0)
+    # Open loop: one request every 1/20 s although each takes 0.23 s; the 21st would be due
+    # at the time bound itself.
+    assert stray.hit_time_bound
+    assert sent_at == pytest.approx([n / 20 for n in range(20)])
+    assert stray.ledger.view().states()["ok"] == 16  # the last 4 were cut by the time bound
+
+
+@pytest.mark.timeout(30)
+def test_stray_schedule_slips_rather_than_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One slot of concurrency and 0.12 s per request: the schedule waits for the slot, then
+    # goes on from there instead of sending the requests it owes in a burst.
+    _, sent_at = _stray_on_virtual_time(
+        monkeypatch, 0.12, rate_per_s=20, max_duration_s=1.0, max_concurrency=1
+    )
+    assert sent_at == pytest.approx([n * 0.12 for n in range(9)])
 
 
 @pytest.mark.timeout(30)

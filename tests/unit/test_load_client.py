@@ -177,8 +177,10 @@ def test_outside_cancellation_finishes_the_record_and_propagates(server: Any) ->
             task = asyncio.create_task(
                 send_chat(client, ledger, record, messages=[], extra_body={"test_mode": "hang"})
             )
-            while record.first_byte is None:  # the head proves the request is in flight
-                await asyncio.sleep(0.005)
+            # The head proves the request is in flight.
+            async with asyncio.timeout(10):
+                while record.first_byte is None:
+                    await asyncio.sleep(0.005)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -111,18 +111,18 @@ def test_bad_marker_arguments_explain_themselves(args, kwargs, message):
 @pytest.mark.parametrize(
     ("fault", "payload"),
     [
-        (Latency(link="router->decode-0", latency_ms=300, jitter_ms=10),
+        (Latency("router->decode-0", latency_ms=300, jitter_ms=10),
          {"type": "latency", "stream": "downstream", "attributes": {"latency": 300, "jitter": 10}}),
-        (Bandwidth(link="client->router", rate_kb_per_s=5, stream="upstream"),
+        (Bandwidth("client->router", rate_kb_per_s=5, stream="upstream"),
          {"type": "bandwidth", "stream": "upstream", "attributes": {"rate": 5}}),
-        (SlowClose(link="client->router", delay_ms=100),
+        (SlowClose("client->router", delay_ms=100),
          {"type": "slow_close", "attributes": {"delay": 100}}),
-        (Timeout(link="decode-0->prefill-0"), {"type": "timeout", "attributes": {"timeout": 0}}),
-        (ResetPeer(link="client->router", timeout_ms=5),
+        (Timeout("decode-0->prefill-0"), {"type": "timeout", "attributes": {"timeout": 0}}),
+        (ResetPeer("client->router", timeout_ms=5),
          {"type": "reset_peer", "attributes": {"timeout": 5}}),
-        (Slicer(link="client->router", average_size_bytes=8, delay_us=50),
+        (Slicer("client->router", average_size_bytes=8, delay_us=50),
          {"type": "slicer", "attributes": {"average_size": 8, "size_variation": 0, "delay": 50}}),
-        (LimitData(link="client->router", bytes=100),
+        (LimitData("client->router", bytes=100),
          {"type": "limit_data", "attributes": {"bytes": 100}}),
     ],
 )  # fmt: skip
@@ -131,27 +131,29 @@ def test_network_faults_are_toxiproxy_toxics(fault, payload):
     for key, value in payload.items():
         assert body[key] == value
     assert body["toxicity"] == 1.0
-    assert body["name"] == f"wedge_{payload['type']}_{body['stream']}"
+    assert body["name"] == f"wedge_{payload['type']}_{body['stream']}_{fault.instance_id}"
 
 
 def test_bandwidth_zero_is_refused_because_toxiproxy_reads_it_as_unlimited():
     with pytest.raises(ConfigError, match="does not cut a link"):
-        Bandwidth(link="client->router", rate_kb_per_s=0)
+        Bandwidth("client->router", rate_kb_per_s=0)
 
 
 def test_toxicity_and_stream_are_validated():
     with pytest.raises(ConfigError, match="Bad toxicity"):
-        Latency(link="client->router", latency_ms=1, toxicity=1.5)
+        Latency("client->router", latency_ms=1, toxicity=1.5)
     with pytest.raises(ConfigError, match="Bad stream"):
-        Latency(link="client->router", latency_ms=1, stream="sideways")  # type: ignore[arg-type]
+        Latency("client->router", latency_ms=1, stream="sideways")  # type: ignore[arg-type]
 
 
 def test_engine_fault_payloads():
-    assert StallAfterTokens(component="decode-0", tokens=3).payload() == {
-        "name": "wedge-stall_after_tokens", "kind": "stall_after_tokens", "tokens": 3}  # fmt: skip
-    body = ErrorStatus(component="prefill-0", status=503, origin="harness").payload()
+    stall = StallAfterTokens("decode-0", tokens=3)
+    assert stall.payload() == {
+        "name": stall.fault_name, "kind": "stall_after_tokens", "tokens": 3}  # fmt: skip
+    assert stall.fault_name == f"wedge-stall_after_tokens-{stall.instance_id}"
+    body = ErrorStatus("prefill-0", status=503, origin="harness").payload()
     assert body["status"] == 503 and body["origin"] == "harness"
-    assert Down(link="client->router").target == "client->router"
+    assert Down("client->router").target == "client->router"
 
 
 def test_wedge_error_renders_headline_facts_log_and_fix():
@@ -211,7 +213,7 @@ def test_unknown_component_or_link_names_the_known_ones():
         Pause("decoder-0").apply(topo)  # type: ignore[arg-type]
     assert "router, prefill-0, prefill-1, decode-0" in str(info.value)
     with pytest.raises(ConfigError, match="Unknown link 'router->decode-9'"):
-        Latency(link="router->decode-9", latency_ms=1).apply(topo)  # type: ignore[arg-type]
+        Latency("router->decode-9", latency_ms=1).apply(topo)  # type: ignore[arg-type]
 
 
 def test_restart_is_a_one_shot_with_nothing_to_revert():
@@ -241,8 +243,10 @@ def test_every_engine_fault_has_a_stub_payload(fault, payload):
 
     cls = getattr(faults, fault)
     component = "prefill-0" if "prefill" in cls.roles and "decode" not in cls.roles else "decode-0"
-    body = cls(component=component, origin="harness").payload()
-    assert body["name"] == f"wedge-{payload['kind']}" and body["origin"] == "harness"
+    fault = cls(component, origin="harness")
+    body = fault.payload()
+    assert body["name"] == fault.fault_name == f"wedge-{payload['kind']}-{fault.instance_id}"
+    assert body["origin"] == "harness"
     for key, value in payload.items():
         assert body[key] == value
 
@@ -251,5 +255,5 @@ def test_an_engine_fault_on_the_wrong_role_says_which_roles_it_fits():
     from pytest_wedge.faults import PinOnAbort
 
     with pytest.raises(ConfigError, match="PinOnAbort does not apply to decode-0") as info:
-        PinOnAbort(component="decode-0").apply(_FakeTopology())  # type: ignore[arg-type]
+        PinOnAbort("decode-0").apply(_FakeTopology())  # type: ignore[arg-type]
     assert "target a prefill worker" in str(info.value)

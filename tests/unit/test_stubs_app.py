@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +26,21 @@ async def start(engine: Engine, app: Any = None) -> TestServer:
 
 def run(fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(fn(), 20))
+
+
+async def eventually(condition: Callable[[], Any], what: str, timeout_s: float = 5.0) -> Any:
+    """Poll ``condition`` (sync or async) against one deadline; return its first truthy value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 def chat(tokens: int, **extra: Any) -> dict[str, Any]:
@@ -132,11 +148,12 @@ def test_serialize_fault_queues_and_reset_releases_stalls() -> None:
                 asyncio.ensure_future(s.post("/v1/chat/completions", json=chat(3)))
                 for _ in range(3)
             ]
-            for _ in range(200):
+
+            async def two_queued() -> dict[str, Any] | None:
                 state = await (await s.get("/control/state")).json()
-                if state["queued"] == 2:
-                    break
-                await asyncio.sleep(0.01)
+                return state if state["queued"] == 2 else None
+
+            state = await eventually(two_queued, "two requests queued behind the running one")
             assert (state["running"], state["queued"], state["slots"]["capacity"]) == (1, 2, 1)
             await s.post("/control/reset")
             for r in reqs:
@@ -179,11 +196,10 @@ def test_pd_transfer_and_stale_peer_in_process() -> None:
         assert p_engine.peers == {"decode-0": "one"}
         # Same decode name, new instance: the prefill keeps the KV, the fetch never completes.
         wedged = asyncio.ensure_future(pd(s2, 12))
-        for _ in range(200):
-            if d2.ledger.count("transfer") == 1 and p_engine.ledger.count("inflight") == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert d2.ledger.count("transfer") == 1 and p_engine.ledger.count("inflight") == 1
+        await eventually(
+            lambda: d2.ledger.count("transfer") == 1 and p_engine.ledger.count("inflight") == 1,
+            "the new decode to wait on a transfer the prefill holds for the old one",
+        )
         await p_engine.reset()
         status, text = await wedged
         assert "error" in text and p_engine.peers == {}
@@ -254,8 +270,10 @@ def test_slow_tokens_and_stall_before_first_token_on_decode() -> None:
             stalled = asyncio.ensure_future(s.post("/v1/chat/completions", json=chat(2)))
             other = await s.post("/v1/chat/completions", json=chat(1, user="stray"))
             assert len(contents(await other.text())) == 1  # origin filter spares others
-            await asyncio.sleep(0.1)
-            assert not stalled.done() and engine.ledger.count("running") == 1
+            await eventually(
+                lambda: engine.ledger.count("running") == 1, "the stalled request to be admitted"
+            )
+            assert not stalled.done()  # held before its first token; the 503 below proves it
             await engine.reset()
             resp = await stalled
             assert resp.status == 503  # head never went out, so the end is an error status

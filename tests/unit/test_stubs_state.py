@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +26,16 @@ def entry(origin: str = "h", room: int | None = None) -> Entry:
         prompt_tokens=10,
         max_tokens=4,
     )
+
+
+async def until(condition: Callable[[], object], what: str, timeout_s: float = 2.0) -> None:
+    """Let the other tasks run until ``condition()`` holds, against one deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.001)
 
 
 def test_ledger_counts_states_and_tokens_by_origin() -> None:
@@ -59,15 +70,14 @@ def test_slot_pool_is_fifo_and_follows_capacity() -> None:
             order.append(i)
 
         tasks = [asyncio.ensure_future(waiter(i)) for i in range(3)]
-        await asyncio.sleep(0)
-        assert pool.waiting == 3
+        await until(lambda: pool.waiting == 3, "three waiters to queue")
         tasks[1].cancel()  # a waiter that gives up leaves no hole
-        await asyncio.sleep(0)
+        await until(tasks[1].done, "the cancelled waiter to end")
         pool.release()
-        await asyncio.sleep(0)
+        await until(lambda: order, "a waiter to get the released slot")
         assert order == [0] and pool.used == 1
         pool.set_capacity(2)
-        await asyncio.sleep(0)
+        await until(lambda: len(order) == 2, "a waiter to get the added slot")
         assert order == [0, 2] and pool.used == 2 and pool.waiting == 0
         await asyncio.gather(*tasks, return_exceptions=True)
 

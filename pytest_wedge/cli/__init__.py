@@ -1,0 +1,103 @@
+"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up`` and ``doctor``.
+
+Everything a pip user needs outside pytest: getting the one non-Python program (Toxiproxy),
+bringing a topology up by hand, and seeing what this environment has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_wedge.errors import WedgeError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pytest_wedge.cli.install import CHECKSUMS_ENV, URL_ENV, default_dest
+
+    parser = argparse.ArgumentParser(
+        prog="pytest-wedge",
+        description="Distributed-hang fault injection for PD-disaggregated LLM serving.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    install = commands.add_parser(
+        "install-toxiproxy",
+        help="install Toxiproxy v2.12.0 (go install, or the checksum-checked release binary)",
+        description="Install toxiproxy-server v2.12.0 where pytest-wedge finds it. With Go "
+        "on PATH it is built with `go install`; otherwise this platform's release binary is "
+        "downloaded and checked against its pinned SHA-256.",
+    )
+    install.add_argument("--dest", type=Path, default=default_dest(),
+                         help="directory to install into (default: this environment's bin/, "
+                         "%(default)s)")  # fmt: skip
+    install.add_argument("--method", choices=("auto", "go", "download"), default="auto",
+                         help="auto (default): go when Go is on PATH, else download")
+    install.add_argument("--base-url", default=None,
+                         help=f"where the release assets are (default: ${URL_ENV}, else "
+                         "the GitHub release)")  # fmt: skip
+    install.add_argument("--checksums", type=Path, default=None,
+                         help=f"a `SHA256  NAME` file replacing the pinned table (default: "
+                         f"${CHECKSUMS_ENV})")  # fmt: skip
+    install.add_argument("--force", action="store_true",
+                         help="install even if v2.12.0 is there already")
+
+    up = commands.add_parser(
+        "up",
+        help="bring a topology up, print its URLs and links, keep it until Ctrl-C",
+        description="Bring up the topology the wedge marker would (same keywords), print "
+        "every URL and link, and keep it until Ctrl-C or SIGTERM. Router flags go after --: "
+        "`pytest-wedge up --decode 2 -- --request-timeout-secs 5`.",
+    )
+    up.add_argument("--prefill", type=int, default=1, help="prefill workers (default 1)")
+    up.add_argument("--decode", type=int, default=1, help="decode workers (default 1)")
+    up.add_argument("--router-arg", action="append", default=[], metavar="ARG",
+                    help="one extra `smg launch` argument (repeat it; write --router-arg=--flag)")
+    up.add_argument("--stub", action="append", default=[], metavar="KEY=VALUE",
+                    help="a stub option (StubOptions field), e.g. --stub itl_ms=5")
+    up.add_argument("--runtime", choices=("process", "docker"), default=None,
+                    help="process (default) or docker")
+    up.add_argument("--toxiproxy", default=None, metavar="PATH",
+                    help="the toxiproxy-server binary (default: discovery, as in pytest)")
+    up.add_argument("--artifacts", default=".wedge-artifacts",
+                    help="where the component logs go (default: %(default)s)")
+    up.add_argument("--ready-timeout", type=float, default=30.0,
+                    help="seconds the topology may take to come up (default 30)")
+    up.add_argument("--json", action="store_true",
+                    help="print the URLs and links as one JSON object")
+    up.add_argument("router_args", nargs="*", metavar="-- ROUTER_ARGS",
+                    help="extra `smg launch` arguments, after --")
+
+    doctor = commands.add_parser(
+        "doctor", help="show which programs, versions and runtimes are found, and why not",
+    )
+    doctor.add_argument("--toxiproxy", default=None, metavar="PATH",
+                        help="check this toxiproxy-server instead of discovering one")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "install-toxiproxy":
+            from pytest_wedge.cli.install import install
+
+            install(args.dest, method=args.method, base_url=args.base_url,
+                    checksums=args.checksums, force=args.force)  # fmt: skip
+            return 0
+        if args.command == "up":
+            from pytest_wedge.cli.up import run_up
+
+            return run_up(args)
+        from pytest_wedge.cli.doctor import run_doctor
+
+        return run_doctor(args.toxiproxy)
+    except WedgeError as exc:
+        print(f"pytest-wedge {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,129 @@
+"""``pytest-wedge doctor``: which programs and runtimes this environment has, and why not.
+
+Each check is one line: ``ok``, ``--`` (optional and missing: only some features need it) or
+``!!`` (missing and needed for the process runtime), the version and path found, or the
+reason and the fix. The exit code is 0 when the process runtime can run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from pytest_wedge.errors import WedgeError
+from pytest_wedge.topology.tools import binary_version, package_version, probe_version, smg_path
+from pytest_wedge.topology.toxiproxy import TOXIPROXY_VERSION, locate_toxiproxy
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok", "--" (optional, missing) or "!!" (needed, missing)
+    detail: str
+
+    @property
+    def needed_and_missing(self) -> bool:
+        return self.status == "!!"
+
+
+def check_python() -> Check:
+    venv = f" (venv {sys.prefix})" if sys.prefix != sys.base_prefix else " (no venv)"
+    version = sys.version.split()[0]
+    executable = os.path.normpath(os.path.abspath(sys.executable))
+    return Check("python", "ok", f"{version} {executable}{venv}")
+
+
+def check_packages() -> Check:
+    names = ("pytest-wedge", "pytest", "smg", "pytest-timeout", "pytest-xdist", "docker")
+    found = [f"{name} {version}" for name in names if (version := package_version(name))]
+    return Check("packages", "ok", ", ".join(found))
+
+
+def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
+    try:
+        found = locate_toxiproxy(explicit, source="--toxiproxy", rootdir=rootdir)
+    except WedgeError as exc:
+        facts = "; ".join(f"{k}: {v}" for k, v in exc.facts.items())
+        return Check("toxiproxy", "!!", f"{exc.headline} ({facts}). To fix this: {exc.fix}")
+    version = binary_version(found.path)
+    detail = f"{version or '(no version reported)'} {found.path} (found in {found.source})"
+    if version != TOXIPROXY_VERSION:
+        return Check("toxiproxy", "!!", f"{detail}; pytest-wedge is built against "
+                     f"{TOXIPROXY_VERSION}: run `pytest-wedge install-toxiproxy --force`")
+    return Check("toxiproxy", "ok", detail)
+
+
+def check_smg() -> Check:
+    path = smg_path()
+    if path is None:
+        return Check("smg", "!!", f"not on PATH nor next to {sys.executable}. To fix this: "
+                     "pip install 'smg>=1.13,<1.14' into this environment")  # fmt: skip
+    version = probe_version([path, "--version"]) or package_version("smg")
+    return Check("smg", "ok", f"{version or '(no version reported)'} {path} (the router)")
+
+
+def check_go() -> Check:
+    go = shutil.which("go")
+    if go is None:
+        return Check("go", "--", "not on PATH: install-toxiproxy downloads the release "
+                     "binary instead of building it")  # fmt: skip
+    return Check("go", "ok", f"{probe_version([go, 'version']) or '?'} {go} "
+                 "(install-toxiproxy builds with it)")  # fmt: skip
+
+
+def check_docker() -> Check:
+    """The docker runtime: the SDK, the CLI and a daemon that answers, or why not."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock (DOCKER_HOST unset)")
+    try:
+        import docker
+    except ImportError:
+        return Check("docker", "--", "the Docker SDK for Python is not installed, so the "
+                     "docker runtime is off. To fix this: pip install 'pytest-wedge[docker]'")
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            version = client.version().get("Version", "?")
+        finally:
+            client.close()
+    except Exception as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        makefile = Path.cwd() / "Makefile"
+        how = (" (`make docker-up` starts a private one)" if makefile.is_file()
+               and "docker-up" in makefile.read_text(errors="replace") else "")  # fmt: skip
+        return Check("docker", "--", f"no daemon answered at {host}: {reason}. The docker "
+                     f"runtime needs a daemon on this machine{how}")
+    return Check("docker", "ok", f"daemon {version} at {host} (the docker runtime can run)")
+
+
+def check_plugin() -> Check:
+    """That pytest loads the plugin in this environment (its entry point is registered)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "import pytest_wedge.plugin"],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("plugin", "!!", f"cannot load pytest_wedge.plugin: {exc}")
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return Check("plugin", "!!", f"pytest_wedge.plugin does not import: {tail}")
+    return Check("plugin", "ok", "pytest_wedge.plugin imports; pytest loads it as `wedge`")
+
+
+def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout) -> int:
+    checks = [check_python(), check_packages(), check_plugin(),
+              check_toxiproxy(toxiproxy, Path.cwd()), check_smg(), check_go(),
+              check_docker()]  # fmt: skip
+    print("pytest-wedge doctor", file=out)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        print(f"  {check.status}  {check.name.ljust(width)}  {check.detail}", file=out)
+    missing = [c.name for c in checks if c.needed_and_missing]
+    if missing:
+        print(f"not ready: {', '.join(missing)} (see the lines marked !!)", file=out)
+        return 1
+    print("ready: the process runtime can run", file=out)
+    return 0

@@ -1,0 +1,162 @@
+"""``pytest-wedge up``: one topology, up until Ctrl-C, for writing scenarios and poking by hand.
+
+It takes the ``wedge`` marker's keywords, prints every URL and link, and on SIGINT or SIGTERM
+stops everything it started (the process runtime's children also die with it if it is
+killed outright).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.topology.keywords import wedge
+from pytest_wedge.topology.toxiproxy import locate_toxiproxy
+
+
+class Stop(BaseException):
+    """A stop signal arrived (a BaseException, like KeyboardInterrupt, so nothing swallows it)."""
+
+
+def parse_stub(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` stub options; numbers become numbers, extra_args is split like a shell."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"Bad --stub {pair!r}", fix="write --stub KEY=VALUE, e.g. itl_ms=5")
+        value: Any = text
+        if key == "extra_args":
+            value = shlex.split(text)
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        options[key.strip().replace("-", "_")] = value
+    return options
+
+
+def describe(session: Any, topology: Any) -> dict[str, Any]:
+    """Everything a person (or a script, with --json) needs to reach the topology."""
+    plan = topology.plan
+    components: dict[str, Any] = {}
+    for name in topology.components:
+        entry: dict[str, Any] = {"url": f"http://127.0.0.1:{plan.http[name]}",
+                                 "pid": topology.runtime.pid(name),
+                                 "log": topology.runtime.log_path(name)}  # fmt: skip
+        if name == "router":
+            entry["metrics"] = topology.router_metrics_url
+        if name in plan.bootstrap:
+            entry["bootstrap"] = f"127.0.0.1:{plan.bootstrap[name]}"
+        components[name] = entry
+    links = {
+        name: {"listen": link.listen, "upstream": link.spec.upstream, "proxy": link.proxy}
+        for name, link in topology.links.items()
+    }
+    return {
+        "client_url": topology.url,
+        "session": session.session_id,
+        "runtime": session.runtime_name,
+        "toxiproxy": {"url": session.toxiproxy.base_url, "binary": session.toxiproxy_binary},
+        "components": components,
+        "links": links,
+    }
+
+
+def render(info: Mapping[str, Any]) -> str:
+    width = max(len(name) for name in (*info["components"], "toxiproxy", "client"))
+    lines = [f"{'client'.ljust(width)}  {info['client_url']}  send requests here "
+             "(the client->router link)"]  # fmt: skip
+    for name, entry in info["components"].items():
+        extra = [f"metrics {entry['metrics']}"] if "metrics" in entry else []
+        extra += [f"bootstrap {entry['bootstrap']}"] if "bootstrap" in entry else []
+        extra.append(f"pid {entry['pid']}")
+        lines.append(f"{name.ljust(width)}  {entry['url']}  {'  '.join(extra)}")
+    lines.append(f"{'toxiproxy'.ljust(width)}  {info['toxiproxy']['url']}  "
+                 f"API of {info['toxiproxy']['binary']}")  # fmt: skip
+    lines.append("links (listen -> upstream):")
+    link_width = max(len(name) for name in info["links"])
+    for name, link in info["links"].items():
+        lines.append(f"  {name.ljust(link_width)}  {link['listen']} -> {link['upstream']}"
+                     f"  (proxy {link['proxy']})")  # fmt: skip
+    logs = sorted({str(Path(e["log"]).parent) for e in info["components"].values() if e["log"]})
+    lines.append(f"logs: {', '.join(logs)}")
+    lines.append(f"session: {info['session']} ({info['runtime']} runtime)")
+    return "\n".join(lines)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise Stop(signum)
+
+
+def run_up(args: Any, out: TextIO = sys.stdout,
+           wait: Callable[[], None] = signal.pause) -> int:  # fmt: skip
+    """Bring the topology up, print it, wait for SIGINT/SIGTERM, stop it; 0 on a clean stop."""
+    from pytest_wedge.topology.session import WedgeSession
+
+    parsed = wedge(prefill=args.prefill, decode=args.decode,
+                   router_args=[*args.router_arg, *args.router_args],
+                   stub=parse_stub(args.stub) or None, runtime=args.runtime)  # fmt: skip
+    runtime = parsed.runtime or "process"
+    if runtime not in ("process", "docker"):
+        raise ConfigError(f"Unknown runtime {runtime!r}", fix="use --runtime process or docker")
+    found = locate_toxiproxy(args.toxiproxy, source="--toxiproxy", rootdir=Path.cwd())
+    session = WedgeSession(runtime=runtime, artifacts_dir=args.artifacts,
+                           toxiproxy_binary=found.path,
+                           ready_timeout_s=args.ready_timeout)  # fmt: skip
+    spec = parsed.spec
+    status = sys.stderr if args.json else out  # with --json, stdout carries the JSON alone
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"pytest-wedge up: {spec.prefill} prefill + {spec.decode} decode on the {runtime} "
+          "runtime ...", file=status, flush=True)  # fmt: skip
+    try:
+        try:
+            session.start()
+            topology = session.topology(spec)
+            info = describe(session, topology)
+            print(json.dumps(info) if args.json else render(info), file=out, flush=True)
+            print("up; Ctrl-C (SIGINT) or SIGTERM stops it", file=status, flush=True)
+            while True:
+                wait()
+        except Stop as stop:
+            name = signal.Signals(int(stop.args[0])).name if stop.args else "a signal"
+            print(f"{name}: stopping", file=status, flush=True)
+        finally:
+            for sig in previous:  # a second Ctrl-C must not cut the clean-up short
+                signal.signal(sig, signal.SIG_IGN)
+            pids = session.pids()
+            session.close()
+            left = _still_running(pids)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    except Stop:  # a signal during bring-up: the start rolled itself back
+        return 0
+    if left:
+        print(f"still running after stop: {left}", file=status, flush=True)
+        return 1
+    print(f"stopped; nothing left running ({len(pids)} processes ended)", file=status,
+          flush=True)
+    return 0
+
+
+def _still_running(pids: Sequence[int]) -> list[int]:
+    import psutil
+
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive

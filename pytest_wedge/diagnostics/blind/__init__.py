@@ -1,0 +1,9 @@
+"""The blind locator: where the wedge is, from what an operator observes (``Observed``) alone.
+
+Nothing in this package may read ground truth: no stub ledger, no fault, no toxic, no
+runtime view. ``tests/unit/test_blind_isolation.py`` walks its imports to keep it so.
+"""
+
+from pytest_wedge.diagnostics.blind.locate import hop_order, locate_blind
+
+__all__ = ["hop_order", "locate_blind"]

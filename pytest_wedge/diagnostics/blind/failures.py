@@ -1,0 +1,190 @@
+"""Where requests that already failed were held: the error the client got, read with the
+router's counters, breaker states and health gauges, and the workers' own /health.
+
+smg's error bodies name a code (``no_available_workers``, ``prefill_internal_error``, ...) and,
+for transport errors, the upstream URL it could not reach; that URL is the listen side of a
+``router->X`` link, so the address book turns it into a hop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_wedge.diagnostics.blind.clientside import Phase
+from pytest_wedge.diagnostics.blind.rules import router_down
+from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, UNKNOWN, Servers, Verdict
+
+
+def _router_errors(s: Servers, worker_type: str, error_type: str) -> float:
+    def total(metrics: dict[str, Any]) -> float:
+        rows: list[dict[str, Any]] = metrics.get("errors") or []
+        return sum(float(r.get("value", 0.0)) for r in rows
+                   if r.get("worker_type") == worker_type and r.get("error_type") == error_type)
+
+    return max(0.0, total(s.obs.router) - total(s.obs.router_before))
+
+
+def _is(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
+def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
+    links = [link for link in s.obs.link_names if link != "client->router"]
+    refusing = (f"the router refuses for want of workers ({n} answered {ph.status} "
+                f"no_available_workers)")  # fmt: skip
+    for w in s.workers.values():
+        if w.dead:
+            return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", refusing)
+    for w in s.workers.values():
+        if not w.answers:
+            return s.verdict(w.name, LIKELY, f"{w.name} does not answer /health on its own port",
+                             refusing)  # fmt: skip
+    # A worker that restarted in the window is back: what broke while it was away (breakers,
+    # transfers) says nothing about a link.
+    back = [f"{w.name} restarted in the window (at {t:.2f})" for w in s.workers.values()
+            if (t := s.restarted(w.name, since)) is not None]  # fmt: skip
+    if not back:
+        if (v := s.broken_path(links)) is not None:
+            v.because.append(refusing)
+            return v
+        for link in links:
+            if (gap := s.swallowed_line(link)) is not None:
+                return s.verdict(link, LIKELY, gap, refusing)
+        for d in s.role("decode"):
+            if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
+                p = s.failing("prefill")
+                link = f"{d.name}->{(p or s.role('prefill')[0]).name}"
+                return s.verdict(link, LIKELY if p else UNKNOWN, refusing, f"{d.name} counted "
+                                 f"{d.transfer_broken:g} KV transfers that broke in the window "
+                                 f"(num_transfer_failed_reqs)")  # fmt: skip
+    opened = [w.name for w in s.workers.values() if w.cb_open]
+    sick = [w.name for w in s.workers.values() if not w.router_healthy]
+    healthy = [d.name for d in s.role("decode") if d.answers]
+    for w in s.workers.values():
+        s.rule_out(w.name, "its process runs and it answers /health on its own port")
+    why = "breakers open" if opened else "workers marked unhealthy" if sick else "no workers"
+    lines = [f"router refuses ({why}) while {' and '.join(healthy) or 'no decode'} "
+             f"{_is(len(healthy))} healthy"]
+    if opened:
+        lines.append(f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)")
+    if sick:
+        lines.append(f"marked unhealthy by the router: {', '.join(sick)} (smg_worker_health=0)")
+    lines.append(f"{n} requests answered {ph.status} no_available_workers")
+    return s.verdict("router", CERTAIN if opened or sick else LIKELY, *lines, *back)
+
+
+def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | None:
+    failing = sorted((d for d in s.role("decode") if d.transfer_failures > 0),
+                     key=lambda d: -d.transfer_failures)  # fmt: skip
+    if not failing:
+        return None
+    d = failing[0]
+    line = (f"{d.name} counted {d.transfer_failures:g} failed KV transfers in the window "
+            f"(num_bootstrap_failed_reqs, num_transfer_failed_reqs)")  # fmt: skip
+    if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
+        v.because.append(line)
+        return v
+    p = s.failing("prefill")
+    if "prefill answered" in error:  # the bootstrap server answered, and refused
+        if p is None:
+            return s.verdict(s.role("prefill")[0].name, UNKNOWN, line, "a prefill's bootstrap "
+                             "server refused the fetch; which one cannot be told")  # fmt: skip
+        s.rule_out(f"{d.name}->{p.name}", "the prefill's bootstrap server answered (it refused)")
+        return s.verdict(p.name, CERTAIN, line, f"{p.name}'s bootstrap server answered the KV "
+                         f"fetch with an error (the decode says: prefill answered)",
+                         f"{p.name} is the prefill the router counted the failures against")
+    named = s.obs.named_url(ph.url) if ph.url else None
+    if named and named.startswith(f"{d.name}->"):
+        return s.verdict(named, CERTAIN, line, f"the error names {named}'s address")
+    if p is not None:
+        return s.verdict(f"{d.name}->{p.name}", LIKELY, line, f"{n} requests answered "
+                         f"{ph.status}; {p.name} is the prefill the router counted them against")
+    return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line,
+                     "which prefill's transfer failed cannot be told")
+
+
+def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> Verdict:
+    head = f"{n} requests answered {ph.status} {ph.code or ''}".rstrip()
+    if ph.code == "no_available_workers":
+        return _refused_by_router(s, ph, n, since)
+    if ph.code in ("admission_queue", "pd_prefill_queue"):
+        return s.verdict("router", CERTAIN, head, "the router's admission refused them")
+    if (v := _transfer_failed(s, ph, n, error)) is not None:
+        return v
+    if ph.code.startswith(("prefill", "decode")):
+        role = ph.code.split("_")[0]
+        w = s.failing(role)
+        if w is None:
+            return s.verdict(s.role(role)[0].name, UNKNOWN, head, f"which {role} failed cannot "
+                             f"be told")  # fmt: skip
+        return s.verdict(w.name, CERTAIN, head, f"the router says the {role} failed; {w.name} "
+                         f"is the {role} it counted the failures against")
+    named = s.obs.named_url(ph.url) if ph.url else None
+    if named is not None:
+        target = named.split("->", 1)[1] if "->" in named else named
+        w = s.workers.get(target)
+        if w is not None and w.dead:
+            return s.verdict(target, CERTAIN, head, f"{target} process {w.dead}")
+        if w is not None and w.answers:
+            s.rule_out(target, "it answers /health on its own port")
+            return s.verdict(f"router->{target}", CERTAIN, head, f"the router could not reach "
+                             f"{target} at its link address {ph.url}, while {target} answers "
+                             f"/health on its own port")  # fmt: skip
+        return s.verdict(target, LIKELY, head, f"{target} does not answer /health")
+    return s.verdict("router", UNKNOWN, head, "the error names no component")
+
+
+def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str = "") -> Verdict:
+    """``n`` requests of the current window that failed the same way (``error``: one of their
+    error texts)."""
+    if ph.detail == "refused":
+        alive = "; the router itself answers /health on its own port" if s.router_answers else ""
+        return s.verdict("client->router", CERTAIN, f"{n} requests could not connect to the "
+                         f"router's front address (connection refused){alive}")
+    if ph.detail == "status":
+        return _status(s, ph, n, error, since)
+    if (v := router_down(s)) is not None:
+        return v
+    if ph.detail == "broken":
+        if (v := s.broken_path(["client->router"])) is not None:
+            return v
+        started = s.restarted("router", since)
+        if started is not None:
+            return s.verdict("router", CERTAIN, f"{n} connections to the router broke, and the "
+                             f"router process started anew in the window (at {started:.2f})")
+        return s.verdict("client->router", LIKELY, f"{n} connections to the router broke after "
+                         f"the request was sent, while the router process runs and answers "
+                         f"/health on its own port")  # fmt: skip
+    if ph.detail in ("stream timeout", "stream error"):
+        return _stream_broke(s, ph, n, since)
+    return s.verdict("router", UNKNOWN, f"{n} requests failed: {ph.code or ph.detail}")
+
+
+def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
+    """Streams that had tokens and then ended in an error: where did the bytes stop?"""
+    timeouts = _router_errors(s, "decode", "timeout")
+    line = (f"{n} streams broke after tokens ({ph.detail})"
+            + (f"; smg_worker_errors_total{{decode,timeout}} +{timeouts:g}" if timeouts
+               else ""))  # fmt: skip
+    decodes = s.role("decode")
+    if (v := s.broken_path(["client->router"])) is not None:
+        return v
+    for d in decodes:
+        if d.dead:
+            return s.verdict(d.name, CERTAIN, line, f"{d.name} process {d.dead}")
+        if (started := s.restarted(d.name, since)) is not None:
+            return s.verdict(d.name, CERTAIN, line, f"{d.name}'s process started anew in the "
+                             f"window (at {started:.2f}): its streams broke with it")
+    if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
+        v.because.insert(0, line)
+        return v
+    for link in ["client->router", *(f"router->{d.name}" for d in decodes)]:
+        if (gap := s.swallowed_line(link)) is not None:
+            return s.verdict(link, LIKELY, line, gap)
+    stopped = s.failing("decode")
+    if stopped is not None:
+        why = ("the only decode" if len(decodes) == 1
+               else "the decode the router counted failures against")  # fmt: skip
+        return s.verdict(stopped.name, LIKELY, line, f"{stopped.name} ({why}) stopped its "
+                         f"streams, and no link on the way back shows trouble")  # fmt: skip
+    return s.verdict(decodes[0].name, UNKNOWN, line, "which decode's streams broke cannot be told")

@@ -1,0 +1,209 @@
+"""The blind locator: a pure function of :class:`Observed`, nothing else.
+
+1. The client ledger says which requests are wedged in the current window and how far each
+   got (:mod:`.clientside`).
+2. Requests wedged the same way form a group; the servers' public faces say where each group
+   is held (:mod:`.rules`, :mod:`.failures`), with a confidence, the lines that decided it and
+   what was ruled out.
+3. The location is the hop holding most of the origin's wedged requests (ties go upstream);
+   its confidence is that group's, lowered when the location holds less than half of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from pytest_wedge.diagnostics.blind.clientside import (
+    Phase,
+    Window,
+    load_key,
+    phase,
+    pools,
+    wedged,
+)
+from pytest_wedge.diagnostics.blind.failures import held_failed
+from pytest_wedge.diagnostics.blind.origins import red_herrings, split_line
+from pytest_wedge.diagnostics.blind.rules import held_direct, held_stream, held_upstream
+from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, Servers, Verdict
+from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
+from pytest_wedge.evidence.observed import Observed
+
+MAX_DETAILS = 500
+RESTART_SLACK_S = 2.0
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+Key = tuple[str, Any]
+
+
+def hop_order(obs: Observed) -> list[str]:
+    """Every hop in the order a request meets it: upstream first (ties go there)."""
+    hops = ["client", "client->router", "router"]
+    hops += [h for p in obs.prefill for h in (f"router->{p}", p)]
+    hops += [f"{d}->{p}" for d in obs.decode for p in obs.prefill]
+    hops += [h for d in obs.decode for h in (f"router->{d}", d)]
+    return hops
+
+
+def _key(obs: Observed, r: dict[str, Any], now: float, overdue_after_s: float) -> Key:
+    target = obs.named_url(str(r.get("target") or ""))
+    if target in obs.worker_names:
+        return ("direct", target)
+    return ("phase", phase(r, now, overdue_after_s))
+
+
+def _verdict(
+    obs: Observed, key: Key, n: int, since: float | None,
+    by_pool: dict[str, tuple[int, int | None]], load: str, error: str, onset: float | None,
+    rate: float = 0.0,
+) -> Verdict:
+    s = Servers(obs, onset)
+    kind, what = key
+    if kind == "direct":
+        return held_direct(s, str(what))
+    assert isinstance(what, Phase)
+    if what.kind == "unsent":
+        used, limit = by_pool.get(load, (0, None))
+        return Verdict("client", CERTAIN, [f"{load}: its connection pool is exhausted ({used} of "
+                                           f"{limit} connections in use) and {n} requests wait "
+                                           f"for a connection: the client holds them"])
+    if what.kind == "no answer":
+        return held_upstream(s, n)
+    if what.kind == "failed":
+        return held_failed(s, what, n, since, error)
+    return held_stream(s, what.kind, n, rate)
+
+
+def client_rate(records: list[dict[str, Any]], now: float) -> float:
+    """The median tokens per second each of ``records`` received since its first token."""
+    rates = sorted(int(r.get("tokens") or 0) / max(1e-3, float(r.get("last_byte") or now)
+                                                   - float(r["first_token"]))
+                   for r in records if r.get("first_token") is not None)  # fmt: skip
+    return rates[len(rates) // 2] if rates else 0.0
+
+
+def _describe(key: Key) -> str:
+    kind, what = key
+    if kind == "direct":
+        return f"sent straight to {what}"
+    assert isinstance(what, Phase)
+    return {"unsent": "never left the client", "no answer": "sent, no response head",
+            "head only": "response head, no data", "stalled": "stream stalled",
+            "slow": "streaming slowly"}.get(what.kind, f"failed ({what.detail}"
+                                            + (f" {what.status}" if what.status else "") + ")")
+
+
+def _facts(obs: Observed, s: Servers, origin: str, win: Window, mine: list[dict[str, Any]],
+           wedged_mine: list[tuple[dict[str, Any], str, Key]]) -> list[str]:  # fmt: skip
+    sent = sum(1 for r in mine if r.get("sent") is not None)
+    failed = sum(1 for r, _, _ in wedged_mine if r.get("state") != "pending")
+    line = (f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
+            f"client; {len(wedged_mine) - failed} overdue, {failed} failed in the window")
+    if win.not_sent_yet.get(origin):
+        line += (f"; {win.not_sent_yet[origin]} not sent yet (no sign of an exhausted pool: not "
+                 f"a wedge)")  # fmt: skip
+    if win.earlier.get(origin):
+        line += f"; {win.earlier[origin]} failed before the current window (set aside)"
+    facts = [line]
+    if wedged_mine:
+        how = Counter(_describe(k) for _, _, k in wedged_mine)
+        facts.append("how far they got: " + ", ".join(f"{d} {n}" for d, n in how.most_common()))
+        where = Counter(hop for _, hop, _ in wedged_mine)
+        facts.append("held at: " + ", ".join(f"{hop} {n}" for hop, n in where.most_common()))
+    facts.append(s.router_line())
+    for name, state in sorted(obs.processes.items()):
+        if state != "running":
+            facts.append(f"{name} process {state}")
+    facts += [f"{what} {why}" for what, why in sorted(obs.unanswered.items())]
+    for w in s.workers.values():
+        if w.held or w.in_flight:
+            facts.append(w.load_line())
+        if w.cb_open:
+            facts.append(f"{w.name}: breaker open (smg_worker_cb_state=1)")
+        if not w.router_healthy:
+            facts.append(f"{w.name}: router marks it unhealthy (smg_worker_health=0)")
+    refused = obs.router_grew("refusals")
+    if refused:
+        facts.append("router refusals in the window: " +
+                     ", ".join(f"{k} +{v:g}" for k, v in sorted(refused.items())))  # fmt: skip
+    facts += [gap for link in obs.link_names if (gap := s.swallowed_line(link)) is not None]
+    for load, (used, limit) in pools(mine).items():
+        if limit is not None:
+            facts.append(f"{load}: {used} of {limit} pool connections in use")
+    errors = Counter(str(r.get("error"))[:120] for r, _, _ in wedged_mine if r.get("error"))
+    facts += [f"client error ({n} x): {text}" for text, n in errors.most_common(2)]
+    return facts
+
+
+def log_line(obs: Observed, component: str) -> str | None:
+    """The last warning or error in ``component``'s log tail (secondary evidence)."""
+    for line in reversed(obs.logs.get(component, [])):
+        plain = _ANSI.sub("", line)
+        if any(level in plain for level in ("ERROR", "WARN", "Traceback", "error")):
+            return f"{component} log: {plain.strip()[:200]}"
+    return None
+
+
+def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float = 1.0, *,
+                 window_s: float = 10.0, since: float | None = None) -> Diagnosis:  # fmt: skip
+    """Name the hop holding ``origin``'s wedged requests from what an operator observes.
+
+    ``since`` is the start of the current fault window: failures that ended before it belong
+    to an earlier one. ``none`` when nothing of ``origin`` is wedged."""
+    now = obs.taken_at
+    order = {hop: i for i, hop in enumerate(hop_order(obs))}
+    win = wedged(obs.client, now, overdue_after_s, window_s, since)
+    by_pool = pools(obs.client)
+    groups: dict[Key, list[dict[str, Any]]] = {}
+    for r in win.wedged:
+        groups.setdefault(_key(obs, r, now, overdue_after_s), []).append(r)
+    verdicts: dict[Key, Verdict] = {}
+    stuck: dict[str, dict[str, int]] = {}
+    held: list[tuple[dict[str, Any], str, Key]] = []
+    for key, records in groups.items():
+        ours = sum(1 for r in records if r.get("origin") == origin)
+        onset = min(float(r.get("sent") or r.get("created") or now) for r in records)
+        # Without a window start, a restart counts when it came shortly before these requests.
+        starts = win.starts if win.starts is not None else onset - RESTART_SLACK_S
+        verdict = verdicts[key] = _verdict(obs, key, ours or len(records), starts, by_pool,
+                                           load_key(records[0]), str(records[0].get("error") or ""),
+                                           onset, client_rate(records, now))  # fmt: skip
+        for r in records:
+            by_origin = stuck.setdefault(verdict.hop, {})
+            by_origin[str(r.get("origin"))] = by_origin.get(str(r.get("origin")), 0) + 1
+            if r.get("origin") == origin:
+                held.append((r, verdict.hop, key))
+    counts = Counter(hop for _, hop, _ in held)
+    location: str = "none"
+    confidence, decided, ruled = CERTAIN, [], []
+    if counts:
+        location = min(counts, key=lambda h: (-counts[h], order.get(h, len(order))))
+        at = Counter(k for _, hop, k in held if hop == location)
+        best = verdicts[at.most_common(1)[0][0]]
+        confidence, decided, ruled = best.confidence, best.because, best.ruled_out
+        if confidence == CERTAIN and counts[location] * 2 < len(held):
+            confidence = LIKELY
+    s = Servers(obs)
+    mine = [r for r in obs.client if r.get("origin") == origin]
+    evidence = _facts(obs, s, origin, win, mine, held)
+    if (split := split_line(s, location, origin)) is not None:
+        evidence.append(split)
+    near = {location.split("->")[-1], "router"} if location != "none" else set()
+    for component in sorted(near & {"router", *obs.worker_names}):
+        if (line := log_line(obs, component)) is not None:
+            evidence.append(line)
+    details = [RequestDetail(
+        request_id=str(r.get("request_id")), origin=origin, state=str(r.get("state")),
+        age_s=round(float(r.get("finished") or now) - float(r.get("sent") or r.get("created")
+                                                            or now), 3),
+        furthest=_describe(k), holding=hop, note=(verdicts[k].because or [""])[0][:120],
+    ) for r, hop, k in held[:MAX_DETAILS]]  # fmt: skip
+    return Diagnosis(
+        location=location, origin=origin, evidence=evidence,
+        stuck=dict(sorted(stuck.items(), key=lambda kv: order.get(kv[0], len(order)))),
+        red_herrings=red_herrings(s, origin), requests=details, wedged=len(held),
+        total=len(mine), taken_at=now, overdue_after_s=overdue_after_s,
+        unanswered=dict(obs.unanswered), confidence=confidence, decided_by=list(decided),
+        ruled_out=list(ruled), locator="blind", window_start=win.starts,
+    )  # fmt: skip
+

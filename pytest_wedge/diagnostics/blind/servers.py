@@ -1,0 +1,255 @@
+"""The servers as an operator sees them: per-worker facts from public metrics and the OS.
+
+Each worker's load is read from its own SGLang gauges and split by who sent it: the router's
+share is ``smg_worker_requests_active`` for that worker, the share sent straight to it comes
+from the client ledger (requests whose target is the worker's own URL). What is left has an
+origin nobody here can tell, and is reported so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_wedge.evidence.observed import Observed
+
+DEAD = {"stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
+        "zombie": "exited (zombie)", "gone": "gone (no such process)"}  # fmt: skip
+CERTAIN, LIKELY, UNKNOWN = "certain", "likely", "unknown"
+RATE_WINDOW_S = 1.0
+BRISK_S = 0.1  # a direct /health answer this fast makes a timeout through the link telling
+HELD_GAUGES = ("num_queue_reqs", "num_running_reqs", "num_prefill_inflight_queue_reqs",
+               "num_decode_transfer_queue_reqs", "num_decode_prealloc_queue_reqs")
+
+
+@dataclass
+class Verdict:
+    """Where a group of requests is held, how sure, and the lines that decided it."""
+
+    hop: str
+    confidence: str
+    because: list[str]
+    ruled_out: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Worker:
+    name: str
+    role: str
+    process: str
+    answers: bool
+    in_flight: float  # the router's requests in flight to it
+    direct: int  # client-ledger requests pending straight to it (not through the router)
+    queued: float
+    running: float
+    kv_ready: float  # prefill: KV ready, not fetched (num_prefill_inflight_queue_reqs)
+    waiting_kv: float  # decode: waiting for its KV to arrive (num_decode_transfer_queue_reqs)
+    prealloc: float  # decode: not bootstrapped yet, waiting for its own KV memory (prealloc)
+    transfer_failures: float  # decode: bootstrap + transfer failures in the window
+    transfer_broken: float  # decode: transfers that broke or timed out (not refused) in it
+    cb_open: bool
+    router_healthy: bool
+    failed: float  # failures the router counted against it in the window (breaker outcomes)
+    held_now: float  # everything it holds in the latest sample (not only what held in both)
+    waiting_kv_now: float  # decode: waiting for KV in the latest sample
+    metrics_read: bool  # its /metrics answered (else its gauges read as 0 and prove nothing)
+    token_rate: float | None  # decode: generated tokens per second between the two samples
+    direct_rate: float = 0.0  # tokens per second the client received straight from it
+
+    @property
+    def router_rate(self) -> float | None:
+        """Tokens per second it generates for the router's requests (all it generates, less
+        what the client ledger received from it directly)."""
+        return None if self.token_rate is None else max(0.0, self.token_rate - self.direct_rate)
+
+    @property
+    def mostly_waiting(self) -> bool:
+        """A decode holding more of the router's requests waiting for KV than queued or
+        running with their KV."""
+        return self.waiting_kv >= self.held_for_router - self.waiting_kv
+
+    @property
+    def held(self) -> float:
+        return self.queued + self.running + self.kv_ready + self.waiting_kv + self.prealloc
+
+    @property
+    def held_for_router(self) -> float:
+        """Requests it held in both samples beyond those sent to it directly (floor 0)."""
+        return max(0.0, self.held - self.direct)
+
+    @property
+    def missing(self) -> float:
+        """The router's requests in flight to it that it does not hold now."""
+        return self.in_flight - max(0.0, self.held_now - self.direct)
+
+    @property
+    def dead(self) -> str | None:
+        return DEAD.get(self.process)
+
+    def load_line(self) -> str:
+        if self.role == "prefill":
+            held = (f"{self.queued:g} queued, {self.running:g} prefilling, {self.kv_ready:g} "
+                    f"with KV ready for a decode")  # fmt: skip
+        else:
+            held = (f"{self.prealloc:g} preallocating, {self.waiting_kv:g} waiting for KV, "
+                    f"{self.queued:g} queued, {self.running:g} running")  # fmt: skip
+        direct = f", {self.direct} sent to it directly" if self.direct else ""
+        return (f"{self.name}: {held} (sglang gauges); router in flight "
+                f"{self.in_flight:g}{direct}")  # fmt: skip
+
+
+def received_rates(records: list[dict[str, Any]], now: float) -> dict[str, float]:
+    """Tokens per second each origin received over the last second (from its records)."""
+    start = now - RATE_WINDOW_S
+    rates: dict[str, float] = {}
+    for r in records:
+        first, tokens = r.get("first_token"), int(r.get("tokens") or 0)
+        if first is None or tokens < 2:
+            continue
+        end = float(r.get("last_byte") or r.get("finished") or now)
+        per_s = tokens / max(end - float(first), 1e-3)
+        overlap = max(0.0, min(end, now) - max(float(first), start))
+        key = str(r.get("origin"))
+        rates[key] = rates.get(key, 0.0) + per_s * overlap / RATE_WINDOW_S
+    return rates
+
+
+def _rate(obs: Observed, name: str) -> float | None:
+    grew, window = obs.delta(name, "generation_tokens"), obs.rate_window_s()
+    return grew / window if grew is not None and window > 0 else None
+
+
+def direct_records(obs: Observed) -> dict[str, list[dict[str, Any]]]:
+    """Client-ledger requests whose target is a worker's own URL (not the router), per worker."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in obs.client:
+        name = obs.named_url(str(r.get("target") or ""))
+        if name in obs.worker_names:
+            out.setdefault(name, []).append(r)
+    return out
+
+
+def direct_pending(obs: Observed) -> dict[str, int]:
+    """How many of those are pending, per worker."""
+    return {name: sum(1 for r in records if r.get("state") == "pending")
+            for name, records in direct_records(obs).items()}
+
+
+def worker_facts(obs: Observed, name: str, direct: int, onset: float | None = None) -> Worker:
+    prefill = name in obs.prefill
+
+    def gauge(metric: str) -> float:
+        return obs.gauge(name, metric, onset)
+
+    failures = sum(obs.grew(name, c)
+                   for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs"))  # fmt: skip
+    cb = (obs.router.get("cb_state") or {}).get(name, 0.0)
+    health = (obs.router.get("health") or {}).get(name, 1.0)
+    return Worker(
+        name=name, role="prefill" if prefill else "decode", process=obs.process(name),
+        answers=obs.answered(name), in_flight=obs.in_flight(name), direct=direct,
+        queued=gauge("num_queue_reqs"), running=gauge("num_running_reqs"),
+        kv_ready=gauge("num_prefill_inflight_queue_reqs") if prefill else 0.0,
+        waiting_kv=0.0 if prefill else gauge("num_decode_transfer_queue_reqs"),
+        prealloc=0.0 if prefill else gauge("num_decode_prealloc_queue_reqs"),
+        transfer_failures=failures, cb_open=cb == 1.0, router_healthy=health != 0.0,
+        transfer_broken=obs.grew(name, "num_transfer_failed_reqs"),
+        metrics_read=name in obs.workers, token_rate=_rate(obs, name),
+        failed=obs.router_grew("cb_failed").get(name, 0.0),
+        held_now=sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES),
+        waiting_kv_now=0.0 if prefill else obs.workers.get(name, {}).get(
+            "num_decode_transfer_queue_reqs", 0.0),
+    )  # fmt: skip
+
+
+class Servers:
+    """The observation indexed for the rules; collects what each rule ruled out."""
+
+    def __init__(self, obs: Observed, onset: float | None = None) -> None:
+        """``onset``: when the requests in question were sent (an earlier engine sample from
+        before it cannot show whether a gauge held)."""
+        self.obs = obs
+        direct = direct_pending(obs)
+        self.workers = {n: worker_facts(obs, n, direct.get(n, 0), onset)
+                        for n in obs.worker_names}  # fmt: skip
+        for name, records in direct_records(obs).items():
+            self.workers[name].direct_rate = sum(received_rates(records, obs.taken_at).values())
+        self.ruled_out: list[str] = []
+
+    # -- the router -------------------------------------------------------------------------
+    @property
+    def router_process(self) -> str:
+        return self.obs.process("router")
+
+    @property
+    def router_answers(self) -> bool:
+        return self.obs.answered("router") or bool(self.obs.router)
+
+    def router_line(self) -> str:
+        obs = self.obs
+        if not obs.router:
+            why = obs.unanswered.get("router metrics", "not read")
+            return f"router metrics: {why}"
+        active = ", ".join(f"{w} {obs.in_flight(w):g}" for w in obs.worker_names)
+        admitted = obs.router.get("admission_inflight", 0.0)
+        return f"router in flight (smg_worker_requests_active): {active}; admitted {admitted:g}"
+
+    def restarted(self, name: str, since: float | None) -> float | None:
+        """When ``name``'s process started, if after ``since`` (a restart in the window)."""
+        started = self.obs.started.get(name)
+        if started is None or since is None or started < since:
+            return None
+        return float(started)
+
+    # -- workers ----------------------------------------------------------------------------
+    def engaged(self, role: str) -> list[Worker]:
+        """Workers of ``role`` the router has requests in flight to, busiest first."""
+        found = [w for w in self.workers.values() if w.role == role and w.in_flight > 0]
+        return sorted(found, key=lambda w: -w.in_flight)
+
+    def role(self, role: str) -> list[Worker]:
+        return [w for w in self.workers.values() if w.role == role]
+
+    def failing(self, role: str) -> Worker | None:
+        """The one worker of ``role`` the router counted failures against in the window (one
+        PD failure counts against both workers of the pair), or the only worker of ``role``."""
+        workers = self.role(role)
+        if len(workers) == 1:
+            return workers[0]
+        failing = [w for w in workers if w.failed > 0]
+        return failing[0] if len(failing) == 1 else None
+
+    def rule_out(self, hop: str, why: str) -> None:
+        line = f"{hop}: {why}"
+        if line not in self.ruled_out:
+            self.ruled_out.append(line)
+
+    def verdict(self, hop: str, confidence: str, *because: str) -> Verdict:
+        return Verdict(hop, confidence, [b for b in because if b], list(self.ruled_out))
+
+    def broken_path(self, links: list[str]) -> Verdict | None:
+        """The first of ``links`` that does not carry /health while its far end answers it
+        directly: certain when it refused or reset, likely when it only timed out."""
+        for link in links:
+            why = self.obs.path_broken(link)
+            if why is not None:
+                if "within" not in self.obs.health.get(f"via {link}", ""):
+                    return self.verdict(link, CERTAIN, why)  # refused or reset: no doubt
+                # A timeout through the link counts only when the far end answered briskly.
+                if self.obs.health_s.get(self.obs.far_end(link), 1.0) < BRISK_S:
+                    return self.verdict(link, LIKELY, why)
+            if f"via {link}" in self.obs.health:
+                self.rule_out(link, "it carries /health to its far end")
+        return None
+
+    def swallowed_line(self, link: str) -> str | None:
+        gaps = self.obs.swallowed(link)
+        if not gaps:
+            return None
+        parts = ", ".join(f"{d} {n:g} B" for d, n in sorted(gaps.items()))
+        return (f"{link} swallowed bytes on connections that closed in the window ({parts} "
+                f"entered and were never delivered; Toxiproxy byte counters)")
+
+
+def flatten(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(values.items()))

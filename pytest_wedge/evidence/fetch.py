@@ -1,0 +1,65 @@
+"""Fetching evidence while something is wedged: one pooled client, short timeouts, in parallel.
+
+A paused process still accepts TCP but never answers, so every fetch has a short timeout, and a
+fetch that fails becomes evidence ("did not answer within 0.20 s"), never an exception.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+_client_lock = threading.Lock()
+_shared: httpx.Client | None = None
+
+
+def http_client() -> httpx.Client:
+    """One pooled client for every diagnostic fetch: new clients cost an SSL context each."""
+    global _shared
+    with _client_lock:
+        if _shared is None:
+            limits = httpx.Limits(max_connections=32, max_keepalive_connections=16)
+            _shared = httpx.Client(trust_env=False, limits=limits)
+        return _shared
+
+
+def get(url: str, timeout_s: float) -> Any:
+    """GET ``url``: JSON when the answer says so, else text; an error status raises."""
+    response = http_client().get(url, timeout=timeout_s)
+    response.raise_for_status()
+    return response.json() if "json" in response.headers.get("content-type", "") else response.text
+
+
+def why(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"did not answer within {timeout_s:.2f} s ({type(exc).__name__})"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"answered {exc.response.status_code}"
+    return f"did not answer: {type(exc).__name__}: {exc}"[:200]
+
+
+def gather(
+    jobs: dict[str, Callable[[], Any]],
+    timeouts: dict[str, float],
+    pool: ThreadPoolExecutor | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Run every job at once; results by key, and failures as evidence by key."""
+    own = pool is None
+    pool = pool or ThreadPoolExecutor(max(1, len(jobs)), thread_name_prefix="wedge-diag")
+    results: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    try:
+        futures = {key: pool.submit(job) for key, job in jobs.items()}
+        for key, future in futures.items():
+            try:
+                results[key] = future.result()
+            except Exception as exc:
+                failed[key] = why(exc, timeouts.get(key, 0.0))
+    finally:
+        if own:
+            pool.shutdown(wait=False)
+    return results, failed

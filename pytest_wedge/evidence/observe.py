@@ -1,0 +1,171 @@
+"""Collecting :class:`Observed`: only the public faces of a running topology.
+
+Per worker: ``/metrics`` and ``/health`` on its own port (and a prefill's bootstrap
+``/health``). The router: ``/metrics``, ``/health`` and ``/workers`` on its own ports. Links:
+Toxiproxy's ``/metrics`` byte counters (never its toxic configuration). Processes: the kernel's
+state of each component's PID. Logs: the last lines of each component's log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_wedge.evidence.fetch import get, http_client
+from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.evidence.parse import (
+    parse_engine_metrics,
+    parse_link_bytes,
+    parse_router_metrics,
+    process_state,
+)
+
+if TYPE_CHECKING:
+    from pytest_wedge.load.ledger import ClientLedger
+    from pytest_wedge.topology.running import Topology
+
+LOG_TAIL_BYTES = 4096
+LOG_TAIL_LINES = 12
+Jobs = dict[str, Callable[[], Any]]
+
+
+def addresses(topology: Topology) -> dict[str, str]:
+    """Which URL is which: what any operator of the deployment knows."""
+    out = {"router": topology.router_url, "router metrics": topology.router_metrics_url}
+    for name in [*topology.spec.prefill_names, *topology.spec.decode_names]:
+        out[name] = topology.worker_url(name)
+    plan = topology.plan
+    if plan is not None:
+        for name, port in plan.bootstrap.items():
+            out[f"{name} bootstrap"] = f"http://127.0.0.1:{port}"
+    for name, link in topology.links.items():
+        out[name] = f"http://{link.listen}"
+    return out
+
+
+def router_worker_names(topology: Topology) -> dict[str, str]:
+    """smg labels workers by the URL it was given: the listen side of router->X."""
+    return {f"http://{link.listen}": link.spec.target for name, link in topology.links.items()
+            if name.startswith("router->")}  # fmt: skip
+
+
+def empty_observed(topology: Topology) -> Observed:
+    spec = topology.spec
+    return Observed(taken_at=time.time(), prefill=list(spec.prefill_names),
+                    decode=list(spec.decode_names), link_names=list(topology.links),
+                    addresses=addresses(topology))  # fmt: skip
+
+
+def link_bytes(topology: Topology, timeout_s: float) -> dict[str, dict[str, float]]:
+    by_proxy = {link.proxy: name for name, link in topology.links.items()}
+    text = http_client().get(topology.toxiproxy.base_url + "/metrics", timeout=timeout_s).text
+    return parse_link_bytes(text, by_proxy)
+
+
+def processes(topology: Topology) -> dict[str, tuple[str, float | None]]:
+    return {name: process_state(topology.runtime.pid(name)) for name in topology.components}
+
+
+def log_tails(topology: Topology) -> dict[str, list[str]]:
+    tails: dict[str, list[str]] = {}
+    for name in topology.components:
+        path = topology.runtime.log_path(name)
+        if not path or not Path(path).is_file():
+            continue
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()[1:]
+        tails[name] = [line[:300] for line in lines[-LOG_TAIL_LINES:]]
+    return tails
+
+
+def _health(url: str, timeout_s: float) -> float:
+    """Seconds ``/health`` took to answer (an error or a timeout raises)."""
+    started = time.perf_counter()
+    get(url, timeout_s)
+    return time.perf_counter() - started
+
+
+def observed_jobs(
+    topology: Topology, timeout_s: float, *, engines: bool = True, slow: bool = True,
+    extras: bool = True,
+) -> tuple[Jobs, dict[str, float]]:
+    """The fetches of one observation. ``engines``: worker metrics; ``slow``: the router and
+    the link counters; ``extras``: health, /workers, processes and logs (diagnosis only)."""
+    addr = addresses(topology)
+    jobs: Jobs = {}
+    for name in [*topology.spec.prefill_names, *topology.spec.decode_names]:
+        if engines:
+            jobs[f"{name} metrics"] = partial(get, addr[name] + "/metrics", timeout_s)
+        if extras:
+            jobs[f"{name} health"] = partial(_health, addr[name] + "/health", timeout_s)
+            if f"{name} bootstrap" in addr:
+                jobs[f"{name} bootstrap health"] = partial(
+                    _health, addr[f"{name} bootstrap"] + "/health", timeout_s)  # fmt: skip
+    if slow:
+        jobs["router metrics"] = partial(get, addr["router metrics"], timeout_s)
+        jobs["link traffic"] = partial(link_bytes, topology, max(timeout_s, 1.0))
+    if extras:
+        # The same /health through each link, as the traffic goes: a link that does not carry
+        # it while its far end answers directly is a broken path, seen without its config.
+        for link in topology.links:
+            jobs[f"via {link} health"] = partial(_health, addr[link] + "/health", timeout_s)
+        jobs["router health"] = partial(_health, addr["router"] + "/health", timeout_s)
+        jobs["router workers"] = partial(get, addr["router"] + "/workers", timeout_s)
+        jobs["processes"] = partial(processes, topology)
+        jobs["logs"] = partial(log_tails, topology)
+    return jobs, {key: timeout_s for key in jobs} | {"link traffic": max(timeout_s, 1.0)}
+
+
+def _workers_view(answer: Any, names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for w in (answer or {}).get("workers", []) if isinstance(answer, dict) else []:
+        url = str(w.get("url", ""))
+        out[names.get(url, url)] = {"healthy": bool(w.get("is_healthy", True)),
+                                    "status": str(w.get("status", "?")),
+                                    "load": w.get("load", 0)}  # fmt: skip
+    return out
+
+
+def fill_observed(obs: Observed, topology: Topology, results: dict[str, Any],
+                  failed: dict[str, str]) -> None:  # fmt: skip
+    """Put one gather's results (and failures, as evidence) into ``obs``."""
+    for name in obs.worker_names:
+        if f"{name} metrics" in results:
+            obs.workers[name] = parse_engine_metrics(results[f"{name} metrics"])
+    for key in [k for k in results if k.endswith(" health")]:
+        obs.health[key.removesuffix(" health")] = "ok"
+        obs.health_s[key.removesuffix(" health")] = round(float(results[key]), 4)
+    for key, why in failed.items():
+        if key.endswith(" health"):
+            obs.health[key.removesuffix(" health")] = why
+        obs.unanswered[key] = why
+    names = router_worker_names(topology)
+    if "router metrics" in results:
+        obs.router = parse_router_metrics(results["router metrics"], names)
+    if "router workers" in results:
+        obs.router_workers = _workers_view(results["router workers"], names)
+    obs.traffic = results.get("link traffic", obs.traffic)
+    for name, (state, started) in results.get("processes", {}).items():
+        obs.processes[name] = state
+        if started is not None:
+            obs.started[name] = started
+    obs.logs = results.get("logs", obs.logs)
+
+
+def attach_before(obs: Observed, rates: Observed | None, window: Observed | None) -> None:
+    """Earlier points: ``rates`` (a recent sample) for engine counters and gauges that must
+    hold; ``window`` (a sample from before the wedge) for router counters and link traffic."""
+    if rates is not None and rates.workers:
+        obs.workers_before, obs.before_at = rates.workers, rates.taken_at
+    if window is not None:  # a sample that read the router and the links
+        obs.router_before, obs.workers_window = window.router, window.workers
+        obs.traffic_before, obs.traffic_before_at = window.traffic, window.taken_at
+
+
+def client_records(ledger: ClientLedger) -> list[dict[str, Any]]:
+    return [record.to_dict() for record in ledger.records]

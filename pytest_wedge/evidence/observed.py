@@ -1,0 +1,169 @@
+"""What an operator observes: the only input of the blind locator. Pure data.
+
+``Observed`` holds what a real deployment exposes, and nothing that only our simulation knows:
+
+- the client ledger (the harness is ours: its own view is fair evidence);
+- the router's and the workers' public HTTP: ``/health``, ``/metrics`` under the engines' real
+  metric names (``sglang:*``), smg's ``smg_*`` metrics and its ``/workers``;
+- per-link traffic: Toxiproxy's byte counters per direction, two samples apart;
+- the kernel's process states (running, stopped, zombie, gone) and log tails;
+- the addresses of the deployment (which URL is which component), as any operator has them.
+
+The ground truth (stub ledgers, injected faults, toxic configurations, the runtime's own list
+of what it paused) lives in :mod:`pytest_wedge.evidence.truth`, a different type.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+OBSERVED_FORMAT = "pytest-wedge/observed"
+DIRECTIONS = ("upstream", "downstream")
+
+
+@dataclass
+class Observed:
+    """Everything an operator could see at ``taken_at`` (``time.time()``)."""
+
+    taken_at: float
+    prefill: list[str]
+    decode: list[str]
+    link_names: list[str]
+    # name -> URL: "router" (its own port), "router metrics", each worker's real port,
+    # "<prefill> bootstrap", and each link's listen side under the link's name.
+    addresses: dict[str, str] = field(default_factory=dict)
+    client: list[dict[str, Any]] = field(default_factory=list)
+    router: dict[str, Any] = field(default_factory=dict)
+    router_before: dict[str, Any] = field(default_factory=dict)
+    router_workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # "ok" or why not, for: each component on its own port, "<prefill> bootstrap", and
+    # "via <link>" (the far end's /health through the link, as the traffic goes)
+    health: dict[str, str] = field(default_factory=dict)
+    health_s: dict[str, float] = field(default_factory=dict)  # how long each answer took
+    workers: dict[str, dict[str, float]] = field(default_factory=dict)
+    workers_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    before_at: float | None = None
+    # Engine counters from the start of the window (with the router's and the links' ones).
+    workers_window: dict[str, dict[str, float]] = field(default_factory=dict)
+    traffic: dict[str, dict[str, float]] = field(default_factory=dict)
+    traffic_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    traffic_before_at: float | None = None
+    processes: dict[str, str] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)  # process start times
+    unanswered: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    collect_s: float = 0.0
+
+    # -- shape -----------------------------------------------------------------------------
+    @property
+    def worker_names(self) -> list[str]:
+        return [*self.prefill, *self.decode]
+
+    def answered(self, component: str) -> bool:
+        """Did ``component`` answer its own /health (direct, bypassing every link)?"""
+        return self.health.get(component) == "ok"
+
+    @staticmethod
+    def far_end(link: str) -> str:
+        """What answers at the other side of ``link``: the router, a worker, or a prefill's
+        bootstrap server (for ``decode-j->prefill-i``)."""
+        source, target = link.split("->", 1)
+        return target if source in ("client", "router") else f"{target} bootstrap"
+
+    def path_broken(self, link: str) -> str | None:
+        """Why ``link`` does not carry ``/health`` while its far end answers directly."""
+        via, end = self.health.get(f"via {link}"), self.far_end(link)
+        if via is None or via == "ok" or self.health.get(end) != "ok":
+            return None
+        return (f"{link} does not carry /health to {end} ({via}), while {end} answers it "
+                f"directly")
+
+    def process(self, component: str) -> str:
+        return self.processes.get(component, "unknown")
+
+    def named_url(self, url: str) -> str | None:
+        """The component or link whose address ``url`` starts with (longest match)."""
+        best = None
+        for name, address in self.addresses.items():
+            if address and url.startswith(address) and (best is None or
+                                                        len(address) > len(self.addresses[best])):
+                best = name
+        return best
+
+    # -- engine metrics ----------------------------------------------------------------------
+    def gauge(self, worker: str, name: str, since: float | None = None) -> float:
+        """The latest value of a gauge that was above zero in the earlier sample too: a wedge
+        holds it (and it may still be growing), a blip comes and goes. An earlier sample from
+        before ``since`` (the wedge's onset) cannot say: then the latest value stands."""
+        now = self.workers.get(worker, {}).get(name, 0.0)
+        before = self.workers_before.get(worker, {}).get(name)
+        stale = since is not None and (self.before_at or 0.0) < since
+        return now if before is None or stale or before > 0 else 0.0
+
+    def delta(self, worker: str, name: str) -> float | None:
+        """How much a counter grew between the two samples (None without an earlier one)."""
+        now = self.workers.get(worker, {}).get(name)
+        before = self.workers_before.get(worker, {}).get(name)
+        if now is None or before is None:
+            return None
+        return max(0.0, now - before)
+
+    def grew(self, worker: str, name: str) -> float:
+        """How much a counter grew since the window started (or since the earlier sample)."""
+        now = self.workers.get(worker, {}).get(name)
+        then = (self.workers_window or self.workers_before).get(worker, {}).get(name)
+        return 0.0 if now is None or then is None else max(0.0, now - then)
+
+    def rate_window_s(self) -> float:
+        return max(0.0, self.taken_at - self.before_at) if self.before_at is not None else 0.0
+
+    # -- router ------------------------------------------------------------------------------
+    def in_flight(self, worker: str) -> float:
+        """The router's requests in flight to ``worker`` (smg_worker_requests_active)."""
+        return float((self.router.get("requests_active") or {}).get(worker, 0.0))
+
+    def router_grew(self, key: str) -> dict[str, float]:
+        """Per-label growth of a router counter map (``refusals``, ``responses``)."""
+        now = self.router.get(key) or {}
+        before = self.router_before.get(key) or {}
+        return {k: v - before.get(k, 0.0) for k, v in now.items() if v - before.get(k, 0.0) > 0}
+
+    # -- links -------------------------------------------------------------------------------
+    def flow(self, link: str) -> dict[str, tuple[float, float]]:
+        """Bytes (in, out) per direction on ``link`` between the two traffic samples."""
+        now = self.traffic.get(link, {})
+        before = self.traffic_before.get(link, {})
+        out = {}
+        for d in DIRECTIONS:
+            got = now.get(f"{d}_in", 0.0) - before.get(f"{d}_in", 0.0)
+            gave = now.get(f"{d}_out", 0.0) - before.get(f"{d}_out", 0.0)
+            out[d] = (max(0.0, got), max(0.0, gave))
+        return out
+
+    def swallowed(self, link: str) -> dict[str, float]:
+        """Per direction, bytes that entered ``link`` and were never delivered, on the
+        connections that closed between the two samples (Toxiproxy counts at close)."""
+        if self.traffic_before_at is None:
+            return {}
+        return {d: got - gave for d, (got, gave) in self.flow(link).items() if got - gave > 0}
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": OBSERVED_FORMAT, **asdict(self)}
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Observed:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> Observed:
+        data = json.loads(text)
+        if data.get("format") != OBSERVED_FORMAT:
+            raise ValueError(f"not a {OBSERVED_FORMAT} document (format={data.get('format')!r})")
+        return cls.from_dict(data)

@@ -1,0 +1,169 @@
+"""Parsing what components expose (pure): smg's, the engines' and Toxiproxy's Prometheus text,
+and the kernel's view of a process.
+
+Every name here is one a real deployment exports: ``sglang:*`` from SGLang engines, ``smg_*``
+from the router, ``toxiproxy_proxy_*_bytes_total`` from Toxiproxy run with ``-proxy-metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+STUB_GAUGES = (
+    "gen_throughput",
+    "num_running_reqs",
+    "num_queue_reqs",
+    "num_prefill_prealloc_queue_reqs",
+    "num_prefill_inflight_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+)
+# Cumulative engine counters (SGLang names without the ``_total`` suffix).
+ENGINE_COUNTERS = (
+    "num_requests",
+    "generation_tokens",
+    "prompt_tokens",
+    "num_aborted_requests",
+    "num_bootstrap_failed_reqs",
+    "num_transfer_failed_reqs",
+)
+# Probe endpoints answer on every path; counting them would drown the traffic that matters.
+_PROBE_PATHS = frozenset({"/health", "/liveness", "/readiness", "/metrics", "/workers"})
+_PER_WORKER = {
+    "smg_worker_requests_active": "requests_active",
+    "smg_worker_health": "health",
+    "smg_worker_cb_state": "cb_state",
+    "smg_worker_cb_consecutive_failures": "cb_failures",
+}
+
+
+def families(text: str, names: tuple[str, ...]) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of ``names`` only: the parser costs ~10 us a line and smg exposes hundreds
+    (every histogram bucket), while the probe parses several times a second."""
+    wanted = "\n".join(line for line in text.splitlines() if line.startswith(names))
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(wanted)
+        for s in family.samples
+    ]
+
+
+def parse_stub_metrics(text: str) -> dict[str, float]:
+    """The engine gauges the oracle's red herrings quote (SGLang names without the prefix)."""
+    wanted = {f"sglang:{g}": g for g in STUB_GAUGES}
+    return {wanted[n]: v for n, _, v in families(text, tuple(wanted)) if n in wanted}
+
+
+def parse_engine_metrics(text: str) -> dict[str, float]:
+    """SGLang gauges and counters, summed over label sets (one engine may report several
+    dp ranks). Counters are keyed without ``_total``."""
+    names = {f"sglang:{g}": g for g in STUB_GAUGES}
+    names |= {f"sglang:{c}_total": c for c in ENGINE_COUNTERS}
+    out: dict[str, float] = {}
+    for name, _, value in families(text, tuple(f"sglang:{n}" for n in (*STUB_GAUGES,
+                                                                         *ENGINE_COUNTERS))):
+        key = names.get(name)
+        if key is not None:
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
+    """smg's gauges and counters that locate a wedge; ``workers`` maps worker URL -> name."""
+    out: dict[str, Any] = {"requests_active": {}, "health": {}, "cb_state": {},
+                           "cb_failures": {}, "cb_failed": {}, "errors": [], "responses": {},
+                           "refusals": {},
+                           "admission_inflight": 0.0, "retries": 0.0}  # fmt: skip
+    names = (*_PER_WORKER, "smg_worker_errors_total", "smg_http_responses_total",
+             "smg_admission_inflight", "smg_worker_retries_total",
+             "smg_worker_cb_outcomes_total")  # fmt: skip
+    for name, labels, value in families(text, names):
+        if name in _PER_WORKER:
+            worker = labels.get("worker", "")
+            out[_PER_WORKER[name]][workers.get(worker, worker)] = value
+        elif name == "smg_worker_errors_total":
+            out["errors"].append({"worker_type": labels.get("worker_type", ""),
+                                  "error_type": labels.get("error_type", ""), "value": value})
+        elif name == "smg_http_responses_total" and labels.get("path") not in _PROBE_PATHS:
+            status = labels.get("status_code", "?")
+            out["responses"][status] = out["responses"].get(status, 0.0) + value
+            code = labels.get("error_code") or ""
+            if code and status.startswith(("4", "5")):
+                key = f"{status} {code}"
+                out["refusals"][key] = out["refusals"].get(key, 0.0) + value
+        elif name == "smg_admission_inflight":
+            out["admission_inflight"] = value
+        elif name == "smg_worker_retries_total":
+            out["retries"] += value
+        elif name == "smg_worker_cb_outcomes_total" and labels.get("outcome") != "success":
+            worker = workers.get(labels.get("worker", ""), labels.get("worker", ""))
+            out["cb_failed"][worker] = out["cb_failed"].get(worker, 0.0) + value
+    return out
+
+
+def parse_link_bytes(text: str, proxies: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Toxiproxy ``-proxy-metrics``: bytes read (in) and written (out) per link and direction.
+
+    Toxiproxy adds a connection's bytes when that connection ends (``link.go``: the counters
+    follow ``io.Copy`` returning), and counts written bytes only for a write that did not fail.
+    So the counters move when connections close, and in > out means bytes that entered a link
+    and were never delivered on connections that have since closed.
+    """
+    out: dict[str, dict[str, float]] = {}
+    kinds = {"toxiproxy_proxy_received_bytes_total": "in",
+             "toxiproxy_proxy_sent_bytes_total": "out"}  # fmt: skip
+    for name, labels, value in families(text, tuple(kinds)):
+        kind = kinds.get(name)
+        link = proxies.get(labels.get("proxy", ""))
+        if kind is None or link is None:
+            continue
+        key = f"{labels.get('direction', '?')}_{kind}"
+        out.setdefault(link, {})[key] = out.setdefault(link, {}).get(key, 0.0) + value
+    return out
+
+
+def proc_state(pid: int | None) -> str | None:
+    """The kernel's one-letter state: 'T' (stopped) proves a pause whatever a runtime believes."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _started(pid: int) -> float | None:
+    """When ``pid`` started, as ``time.time()``: its age on the kernel's boot clock (``/proc``
+    start ticks against ``/proc/uptime``). psutil's ``create_time`` adds the boot time, which
+    is off by as much as the wall clock was stepped since boot."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - age
+
+
+def process_state(pid: int | None) -> tuple[str, float | None]:
+    """What ``ps`` shows an operator: running, stopped, zombie or gone, and the start time."""
+    if pid is None:
+        return "gone", None
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        status, started = proc.status(), _started(pid) or proc.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return "gone", None
+    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return "stopped", started
+    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return "zombie", started
+    return "running", started

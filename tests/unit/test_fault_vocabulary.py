@@ -1,0 +1,258 @@
+"""One fault vocabulary: one target field, a registry, unique instance names, the engine kinds
+defined once by the stub's parser, and scheduled faults whose errors surface. No processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+import warnings
+from typing import Any
+
+import pytest
+
+import pytest_wedge.faults as faults
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.faults import (
+    FAULT_REGISTRY,
+    DecodeOnlyRestart,
+    Down,
+    EngineFault,
+    ErrorStatus,
+    Fault,
+    FaultSet,
+    Latency,
+    Pause,
+    ScheduledFaultError,
+    register,
+)
+from pytest_wedge.faults.registry import legacy_target_keywords
+from pytest_wedge.stubs.faults import KINDS, parse_fault
+from pytest_wedge.topology.spec import TopologySpec
+
+ENGINE_FAULTS = sorted((c for c in FAULT_REGISTRY.values() if issubclass(c, EngineFault)),
+                       key=lambda c: c.__name__)  # fmt: skip
+BOOKKEEPING = {"target", "origin", "instance_id"}  # fields that are not stub parameters
+
+
+# -- the engine vocabulary: the stub's parser is the source of truth --------------------------
+
+
+def _worker_for(cls: type[EngineFault]) -> str:
+    return "decode-0" if "decode" in cls.roles else "prefill-0"
+
+
+@pytest.mark.parametrize("cls", ENGINE_FAULTS, ids=lambda c: c.__name__)
+def test_engine_fault_class_matches_the_stub_vocabulary(cls: type[EngineFault]) -> None:
+    assert cls.kind in KINDS, f"{cls.__name__}.kind {cls.kind!r} is not a stub kind"
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert set(fields) - BOOKKEEPING == set(KINDS[cls.kind]), "fields differ from the stub's"
+    for param, stub_default in KINDS[cls.kind].items():
+        if stub_default is not None:  # a stub default is the class default, never another
+            assert fields[param].default == stub_default, f"{cls.__name__}.{param}"
+    fault = cls(_worker_for(cls), origin="harness")  # type: ignore[call-arg]
+    parsed = parse_fault(fault.payload())
+    assert (parsed.name, parsed.kind, parsed.origin) == (fault.fault_name, cls.kind, "harness")
+    for param in KINDS[cls.kind]:
+        assert getattr(parsed, param) == getattr(fault, param), param
+
+
+def test_every_stub_kind_has_exactly_one_class() -> None:
+    assert sorted(c.kind for c in ENGINE_FAULTS) == sorted(KINDS)
+
+
+# -- one target field, and the old spellings as deprecation shims ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "keyword", "target", "extra"),
+    [
+        (Latency, "link", "client->router", {"latency_ms": 5}),
+        (Down, "link", "client->router", {}),
+        (Pause, "component", "router", {}),
+        (ErrorStatus, "component", "decode-0", {"status": 503}),
+        (DecodeOnlyRestart, "decode", "decode-1", {}),
+        (faults.CoRestart, "decode", "decode-1", {}),
+    ],
+)
+def test_old_target_keywords_still_work_and_warn(cls: type[Fault], keyword: str, target: str,
+                                                 extra: dict[str, Any]) -> None:  # fmt: skip
+    with pytest.warns(DeprecationWarning, match=rf"{cls.__name__}\({keyword}=\.\.\.\)"):
+        old = cls(**{keyword: target}, **extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new spelling and the positional one are quiet
+        assert old == cls(target=target, **extra) == cls(target, **extra)
+        assert old.target == target
+    with pytest.warns(DeprecationWarning, match=rf"\.{keyword} is deprecated"):
+        assert getattr(old, keyword) == target
+    with pytest.raises(TypeError, match="target twice"):
+        cls(target, **{keyword: target}, **extra)
+
+
+def test_every_registered_fault_has_one_target_field_first() -> None:
+    for name, cls in FAULT_REGISTRY.items():
+        first = dataclasses.fields(cls)[0]
+        assert first.name == "target" and not first.kw_only, name
+        assert "target" in inspect.signature(cls).parameters, name
+        assert len(legacy_target_keywords(cls)) == 1, name
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def test_the_registry_holds_every_exported_concrete_fault_and_no_base() -> None:
+    exported = {name for name in faults.__all__
+                if isinstance(cls := getattr(faults, name), type) and issubclass(cls, Fault)
+                and not inspect.isabstract(cls)}  # fmt: skip
+    bases = {"Fault", "Toxic", "EngineFault", "ComponentFault"}
+    assert set(FAULT_REGISTRY) == exported - bases
+    with pytest.raises(TypeError):
+        FAULT_REGISTRY["Pause"] = Pause  # type: ignore[index]  # read-only
+
+
+def test_register_refuses_a_base_class_and_a_second_class_of_one_name() -> None:
+    with pytest.raises(TypeError, match="concrete"):
+        register(faults.Toxic)
+
+    @dataclasses.dataclass(frozen=True)
+    class Pause(Fault):  # same name as the built-in one
+        def apply(self, topology: Any) -> None: ...
+
+    with pytest.raises(ConfigError, match="Two faults are registered as 'Pause'"):
+        register(Pause)
+    assert FAULT_REGISTRY["Pause"] is faults.Pause
+
+
+# -- unique instance names ---------------------------------------------------------------------
+
+
+def test_equal_faults_get_their_own_toxic_and_stub_names() -> None:
+    first, second = (Latency("client->router", latency_ms=5) for _ in range(2))
+    assert first == second and hash(first) == hash(second)
+    assert first.toxic_name != second.toxic_name
+    assert first.toxic_name.startswith("wedge_latency_downstream_")
+    assert dataclasses.replace(first).toxic_name not in (first.toxic_name, second.toxic_name)
+    alpha, beta = (ErrorStatus("decode-0", origin=o) for o in ("alpha", "beta"))
+    assert alpha.fault_name != beta.fault_name
+    assert alpha.fault_name.startswith("wedge-error_status-")
+
+
+class _Toxiproxy:
+    def __init__(self) -> None:
+        self.toxics: dict[str, set[str]] = {}
+
+    def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
+        names = self.toxics.setdefault(proxy, set())
+        assert toxic["name"] not in names, "Toxiproxy answers 409"
+        names.add(toxic["name"])
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        self.toxics.get(proxy, set()).discard(name)
+
+
+class _Link:
+    proxy = "t0_client__to__router"
+
+
+class _Topology:
+    def __init__(self) -> None:
+        self.spec = TopologySpec(prefill=2, decode=2)
+        self.links = {name: _Link() for name in self.spec.link_names()}
+        self.toxiproxy = _Toxiproxy()
+        self.restarted: list[tuple[str, ...]] = []
+
+    def restart(self, *names: str) -> None:
+        self.restarted.append(names)
+
+    def pd_pair(self, decode: str) -> list[str]:
+        return [*self.spec.prefill_names, decode]
+
+
+def test_two_latency_toxics_on_one_link_both_apply_and_revert_alone() -> None:
+    topology = _Topology()
+    fault_set = FaultSet(topology)  # type: ignore[arg-type]
+    first = fault_set.apply(Latency("client->router", latency_ms=5))
+    second = fault_set.apply(Latency("client->router", latency_ms=5))
+    applied = topology.toxiproxy.toxics[_Link.proxy]
+    assert applied == {first.toxic_name, second.toxic_name}  # type: ignore[attr-defined]
+    fault_set.revert(first)
+    assert applied == {second.toxic_name}  # type: ignore[attr-defined]
+    assert fault_set.active_faults() == [second]
+
+
+# -- DecodeOnlyRestart: the wedged transfers come from the topology ----------------------------
+
+
+def test_decode_only_restart_derives_its_prefills_from_the_pd_pair() -> None:
+    topology = _Topology()
+    fault = DecodeOnlyRestart("decode-1")
+    assert fault.wedged_links(topology) == ["decode-1->prefill-0", "decode-1->prefill-1"]  # type: ignore[arg-type]
+    pinned = DecodeOnlyRestart("decode-1", prefills=["prefill-1"])  # type: ignore[arg-type]
+    assert pinned.prefills == ("prefill-1",) and hash(pinned)
+    assert pinned.wedged_links(topology) == ["decode-1->prefill-1"]  # type: ignore[arg-type]
+    fault.apply(topology)  # type: ignore[arg-type]
+    assert topology.restarted == [("decode-1",)]  # the decode only
+    with pytest.raises(ConfigError, match="Unknown link 'decode-1->prefill-7'"):
+        DecodeOnlyRestart("decode-1", prefills=("prefill-7",)).apply(topology)  # type: ignore[arg-type]
+
+
+# -- scheduled faults: errors in the timer thread surface ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Broken(Fault):
+    """Applies or reverts with an error, as a fault with a bad target would."""
+
+    fail_on: str = "apply"
+
+    def apply(self, topology: Any) -> None:
+        if self.fail_on == "apply":
+            raise ConfigError(f"Unknown component {self.target!r}")
+
+    def revert(self, topology: Any) -> None:
+        if self.fail_on == "revert":
+            raise RuntimeError("revert broke")
+
+
+def test_a_failed_scheduled_apply_is_returned_at_teardown_and_raised_once() -> None:
+    fault_set = FaultSet(_Topology())  # type: ignore[arg-type]
+    fault_set.schedule(_Broken("decoder-9"), at_s=0.0)
+    assert fault_set.wait_scheduled(timeout_s=10)
+    assert [e.action for e in fault_set.scheduled_errors] == ["apply"]
+    errors = fault_set.revert_all()
+    assert len(errors) == 1 and "scheduled apply of _Broken on decoder-9" in errors[0]
+    assert "Unknown component 'decoder-9'" in errors[0]
+    with pytest.raises(ScheduledFaultError, match="1 scheduled fault action") as info:
+        fault_set.apply(Pause("router"))
+    assert isinstance(info.value.__cause__, ConfigError)
+    assert fault_set.active_faults() == []  # raised once; the failed apply was undone
+    assert fault_set.revert_all() == []
+
+
+def test_a_failed_scheduled_revert_is_raised_by_active_faults() -> None:
+    fault_set = FaultSet(_Topology())  # type: ignore[arg-type]
+    fault_set.schedule(_Broken("router", fail_on="revert"), at_s=0.0, for_s=0.0)
+    assert fault_set.wait_scheduled(timeout_s=10)
+    with pytest.raises(ScheduledFaultError, match="scheduled revert of _Broken on router"):
+        fault_set.active_faults()
+
+
+def test_scheduled_errors_are_not_raised_in_another_thread() -> None:
+    """A watchdog thread applying a fault must not swallow the test's error."""
+    fault_set = FaultSet(_Topology())  # type: ignore[arg-type]
+    fault_set.schedule(_Broken("decoder-9"), at_s=0.0)
+    assert fault_set.wait_scheduled(timeout_s=10)
+    elsewhere = threading.Thread(target=fault_set.apply, args=(_Broken("router", "never"),))
+    elsewhere.start()
+    elsewhere.join(10)
+    with pytest.raises(ScheduledFaultError):
+        fault_set.active_faults()
+
+
+def test_revert_all_cancels_what_is_still_due() -> None:
+    topology = _Topology()
+    fault_set = FaultSet(topology)  # type: ignore[arg-type]
+    fault_set.schedule(Latency("client->router", latency_ms=5), at_s=3600)
+    assert fault_set.revert_all() == []
+    assert fault_set.wait_scheduled(timeout_s=10)
+    assert topology.toxiproxy.toxics == {} and fault_set.active_faults() == []
