@@ -216,6 +216,10 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
                         f"{d.component} waits for KV; no prefill ledger has the request")
         pstage = _prefill_stage(p)
         link = f"{d.component}->{p.component}"
+        if d.state == "aborted":  # its own request was cut: by whatever is on the way back
+            back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
+            if back is not None:
+                return Hold(where, back, f"{d.component}'s request was cut; {back} shows trouble")
         if d.state == "error":  # the decode gave up on the transfer: it failed on the link
             return Hold(where, link, f"{d.component} failed the KV transfer: "
                                      f"{str(d.entry.get('error'))[:60]}")  # fmt: skip

@@ -482,3 +482,13 @@ def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger(
     assert again == snap and again.observed is not None
     assert locate_blind(again.observed) == locate_blind(obs)
     assert again.ground_truth().ledgers == {}  # no ground truth was recorded
+
+
+def test_kv_held_ready_for_a_waiting_decode_outranks_a_prefill_the_router_waits_on() -> None:
+    # 2P2D, a black hole on decode-1->prefill-0: prefill-1's answers are merely slow to drain.
+    obs = observed(pending(10), prefill=2, decode=2,
+                   router=in_flight(prefill_0=10, prefill_1=10, decode_1=20),
+                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 10.0},
+                            "prefill-1": {"num_running_reqs": 1.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 10.0}})  # fmt: skip
+    located(obs, "decode-1->prefill-0", "certain")

@@ -128,6 +128,11 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     waiting = sorted((d for d in s.role("decode") if d.transfer_broken
                       or (d.waiting_kv >= max(1.0, n / 2) and d.mostly_waiting)),
                      key=lambda d: -(d.waiting_kv + d.transfer_failures))  # fmt: skip
+    # A decode waiting for KV that a prefill holds ready is the strongest sign of all.
+    paired = [d for d in waiting if any(p.kv_ready >= max(1.0, d.waiting_kv / 2)
+                                        for p in s.role("prefill"))]  # fmt: skip
+    if not busy and paired:
+        return _transfer(s, paired[0])
     if not busy:
         for w in prefills:
             if (v := _lost_between(s, w, n)) is not None:
