@@ -103,6 +103,21 @@ class Context:
         seen = index.get(request_id)
         return max(seen, key=lambda s: s.t.get("arrived", 0.0)) if seen else None
 
+    def still_failing(self, request_id: str) -> str | None:
+        """A worker that failed an earlier attempt of this request and still has an engine
+        fault on: the router's breakers opened because of it, and it would fail them again."""
+        for seen in self.decode.get(request_id, []):
+            if seen.state != "error":
+                continue
+            culprit = seen.component
+            if "prefill answered" in str(seen.entry.get("error") or ""):
+                culprit = next((p.component for p in self.prefill.get(request_id, [])
+                                if p.entry.get("room") == seen.entry.get("room")), culprit)
+            if self.snapshot.stub_states.get(culprit, {}).get("faults"):
+                return culprit
+        return next((p.component for p in self.prefill.get(request_id, []) if p.state == "error"
+                     and self.snapshot.stub_states.get(p.component, {}).get("faults")), None)
+
     def router_stopped(self) -> bool:
         return "router" in self.not_running
 
@@ -183,8 +198,10 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")
     if failed and "no_available_workers" in error:
         # The last attempt never left the router: it refused (breakers open or workers marked
-        # unhealthy). Earlier attempts in the ledgers only say why the breakers opened.
-        hop = ctx.suspect(hop_order(ctx.snapshot)[3:]) or "router"
+        # unhealthy). Earlier attempts in the ledgers say why the breakers opened: the router
+        # holds it unless what failed them is failing still.
+        hop = (ctx.suspect(hop_order(ctx.snapshot)[3:]) or ctx.still_failing(request_id)
+               or "router")  # fmt: skip
         return Hold("router (refused)", hop, f"the router refused it: {error[:60]}")
     d = ctx.latest(ctx.decode, request_id)
     p = ctx.latest(ctx.prefill, request_id)

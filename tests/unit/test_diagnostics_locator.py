@@ -253,3 +253,23 @@ toxiproxy_proxy_sent_bytes_total{direction="downstream",listener="l",proxy="t0_a
     assert parse_link_bytes(text, {"t0_a": "decode-0->prefill-0"}) == {
         "decode-0->prefill-0": {"downstream_in": 500.0, "downstream_out": 100.0}
     }
+
+
+def refused_after_bootstrap_refusals(prefill_faults: list[dict[str, Any]]) -> Snapshot:
+    """Every request's last attempt was refused by the router (its breakers opened); each
+    earlier attempt failed at decode-0 because prefill-0's bootstrap server refused the KV."""
+    refused = [record(i, age=0.5, state="error", finished=NOW - 0.3,
+                      error="HTTP 503: no_available_workers") for i in range(30)]  # fmt: skip
+    prefill = [entry(rid, "released", kv_ready=1.5) for rid in ids()]
+    decode = [entry(rid, "error") | {"error": "bootstrap: prefill answered 503"} for rid in ids()]
+    states = {"prefill-0": {"faults": prefill_faults}, "decode-0": {"faults": []}}
+    return snapshot(refused, prefill, decode, stub_states=states)
+
+
+def test_refused_by_open_breakers_while_the_prefill_still_refuses_is_the_prefill() -> None:
+    still = refused_after_bootstrap_refusals([{"name": "f1", "kind": "refuse_bootstrap"}])
+    assert_located(still, "prefill-0")
+
+
+def test_refused_by_open_breakers_after_the_prefill_recovered_is_the_router() -> None:
+    assert_located(refused_after_bootstrap_refusals([]), "router")

@@ -181,8 +181,8 @@ def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float 
         at = Counter(k for _, hop, k in held if hop == location)
         best = verdicts[at.most_common(1)[0][0]]
         confidence, decided, ruled = best.confidence, best.because, best.ruled_out
-        if confidence == CERTAIN and counts[location] * 2 < len(held):
-            confidence = LIKELY
+        if confidence == CERTAIN and counts[location] * 3 < 2 * len(held):
+            confidence = LIKELY  # another hop holds a good share of them too
     s = Servers(obs)
     mine = [r for r in obs.client if r.get("origin") == origin]
     evidence = _facts(obs, s, origin, win, mine, held)

@@ -78,6 +78,14 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
         if p.queued + p.running == 0:
             s.rule_out(p.name, f"it holds none queued or prefilling (its gauges: "
                        f"{p.kv_ready:g} with KV ready)")  # fmt: skip
+    for p in prefills:
+        # The router sends to a prefill that receives nothing (no arrivals in the window) and
+        # holds none of them: the decode waits for KV of requests that prefill never got.
+        if (p.metrics_read and p.missing >= max(3.0, d.waiting_kv / 2) and not ready
+                and s.obs.grew(p.name, "num_requests") == 0):  # fmt: skip
+            return s.verdict(f"router->{p.name}", LIKELY, wait, f"the router has "
+                             f"{p.in_flight:g} in flight to {p.name}, which received none in the "
+                             f"window (sglang:num_requests) and holds none of them")
     if len(gaps) == 1:
         p = gaps[0]
         gap = s.swallowed_line(f"{d.name}->{p.name}")
@@ -128,15 +136,6 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     waiting = sorted((d for d in s.role("decode") if d.transfer_broken
                       or (d.waiting_kv >= max(1.0, n / 2) and d.mostly_waiting)),
                      key=lambda d: -(d.waiting_kv + d.transfer_failures))  # fmt: skip
-    # A decode waiting for KV that a prefill holds ready is the strongest sign of all.
-    paired = [d for d in waiting if any(p.kv_ready >= max(1.0, d.waiting_kv / 2)
-                                        for p in s.role("prefill"))]  # fmt: skip
-    if not busy and paired:
-        return _transfer(s, paired[0])
-    if not busy:
-        for w in prefills:
-            if (v := _lost_between(s, w, n)) is not None:
-                return v
     if busy:
         p = busy[0]
         sure = CERTAIN if len(busy) == 1 and waiting else LIKELY
@@ -148,6 +147,10 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         s.rule_out(p.name, "it holds none queued or prefilling")
     if waiting:
         return _transfer(s, waiting[0])
+    # The router's count for a prefill lags its answers under load: a weak sign, asked late.
+    for w in prefills:
+        if (v := _lost_between(s, w, n)) is not None:
+            return v
     for d in decodes:
         s.rule_out(f"{d.name}->prefill-*", f"{d.name} waits for no KV")
     what = "holds them and sent no first byte"

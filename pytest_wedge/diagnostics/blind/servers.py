@@ -64,9 +64,9 @@ class Worker:
 
     @property
     def mostly_waiting(self) -> bool:
-        """A decode holding more of the router's requests waiting for KV than queued or
-        running with their KV."""
-        return self.waiting_kv >= self.held_for_router - self.waiting_kv
+        """A decode with at least as many waiting for their KV as waiting for anything else
+        (its admission queue or its own KV memory); running streams may be healthy ones."""
+        return self.waiting_kv >= self.queued + self.prealloc
 
     @property
     def held(self) -> float:
