@@ -35,7 +35,8 @@ def wedged_records(snapshot: Snapshot, overdue_after_s: float, window_s: float,
                    since: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The client ledger's wedged requests, read as the blind locator reads them (the client
     is ours: both locators see the same client; they differ on the servers)."""
-    return wedged(snapshot.client, snapshot.taken_at, overdue_after_s, window_s, since).wedged
+    now = snapshot.observed.client_now if snapshot.observed is not None else snapshot.taken_at
+    return wedged(snapshot.client, now, overdue_after_s, window_s, since).wedged
 
 
 def origin_rates(snapshot: Snapshot, component: str, window_s: float = 0.5) -> dict[str, float]:

@@ -55,8 +55,16 @@ class Observed:
     unanswered: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[str]] = field(default_factory=dict)
     collect_s: float = 0.0
+    # When the client ledger was copied: first, before any server was read, so the servers'
+    # counters and sticky states already hold the trace of everything the client saw.
+    client_at: float | None = None
 
     # -- shape -----------------------------------------------------------------------------
+    @property
+    def client_now(self) -> float:
+        """The moment of the client's view: the clock its requests' ages are read on."""
+        return self.client_at if self.client_at is not None else self.taken_at
+
     @property
     def worker_names(self) -> list[str]:
         return [*self.prefill, *self.decode]
@@ -96,7 +104,8 @@ class Observed:
     def gauge(self, worker: str, name: str, since: float | None = None) -> float:
         """The latest value of a gauge that was above zero in the earlier sample too: a wedge
         holds it (and it may still be growing), a blip comes and goes. An earlier sample from
-        before ``since`` (the wedge's onset) cannot say: then the latest value stands."""
+        before ``since`` (when the wedged requests should have been held already) cannot say:
+        then the latest value stands."""
         now = self.workers.get(worker, {}).get(name, 0.0)
         before = self.workers_before.get(worker, {}).get(name)
         stale = since is not None and (self.before_at or 0.0) < since

@@ -231,6 +231,10 @@ def collect(
     wedge) the earlier router counters and link bytes. Without them a second read is taken.
     ``truth=False`` reads only what an operator could: no ledgers, toxics or runtime view."""
     started = time.time()
+    # The client's view first. Read after it, the servers' counters, breakers and process
+    # states show whatever the client saw (they only grow or stick); read before it, a
+    # failure the client saw during a slow collection would have no trace on any server.
+    client = client_records(ledger)
     snapshot = empty_snapshot(topology)
     jobs, timeouts = observed_jobs(topology, timeout_s)
     if truth:
@@ -247,7 +251,8 @@ def collect(
     if obs.before_at is None or obs.traffic_before_at is None or (truth and not snapshot.before_at):
         _read_again(topology, snapshot, started, timeout_s, truth)
     snapshot.taken_at = obs.taken_at = time.time()
-    snapshot.client = obs.client = client_records(ledger)
+    snapshot.client = obs.client = client
+    obs.client_at = started
     for name in topology.components:
         path = topology.runtime.log_path(name)
         if path:

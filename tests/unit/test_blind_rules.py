@@ -405,6 +405,29 @@ def test_an_earlier_sample_from_before_the_wedge_cannot_veto_the_latest_gauges()
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
 
 
+def test_an_earlier_sample_from_before_they_were_overdue_cannot_veto_the_latest_gauges() -> None:
+    # Sent 0.74 s ago, and the earlier sample 0.67 s ago: after they were sent, but before
+    # they had reached the decode's transfer queue (seen on a loaded machine, kv-transfer-
+    # blackhole). Until the oldest was overdue (0.3 s), a zero there proves nothing.
+    obs = observed(pending(age=0.74), router=in_flight(decode_0=30),
+                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+                   workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}})
+    obs.before_at = NOW - 0.67
+    diagnosis = locate_blind(obs, "harness", 0.3)
+    assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
+
+
+def test_a_gauge_that_emptied_after_they_were_overdue_is_a_blip() -> None:
+    # The earlier sample was taken once they were all overdue: had decode-0 held them, its
+    # transfer queue would have shown them then too.
+    obs = observed(pending(age=2.0), router=in_flight(decode_0=30),
+                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+                   workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}})
+    obs.before_at = NOW - 0.5
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.location != "decode-0->prefill-0", diagnosis.render()
+
+
 def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
     broken = pending(state="unknown", finished=NOW - 0.2, first_byte=NOW - 1.5, tokens=5,
                      error="RemoteProtocolError (ClientPayloadError): Response payload is not completed")

@@ -54,10 +54,10 @@ def _key(obs: Observed, r: dict[str, Any], now: float, overdue_after_s: float) -
 
 def _verdict(
     obs: Observed, key: Key, n: int, since: float | None,
-    by_pool: dict[str, tuple[int, int | None]], load: str, error: str, onset: float | None,
+    by_pool: dict[str, tuple[int, int | None]], load: str, error: str, held_from: float | None,
     rate: float = 0.0,
 ) -> Verdict:
-    s = Servers(obs, onset)
+    s = Servers(obs, held_from)
     kind, what = key
     if kind == "direct":
         return held_direct(s, str(what))
@@ -150,7 +150,7 @@ def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float 
 
     ``since`` is the start of the current fault window: failures that ended before it belong
     to an earlier one. ``none`` when nothing of ``origin`` is wedged."""
-    now = obs.taken_at
+    now = obs.client_now
     order = {hop: i for i, hop in enumerate(hop_order(obs))}
     win = wedged(obs.client, now, overdue_after_s, window_s, since)
     by_pool = pools(obs.client)
@@ -165,9 +165,12 @@ def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float 
         onset = min(float(r.get("sent") or r.get("created") or now) for r in records)
         # Without a window start, a restart counts when it came shortly before these requests.
         starts = win.starts if win.starts is not None else onset - RESTART_SLACK_S
+        # Until the oldest of them was overdue, a healthy stack could still be moving them
+        # along: an engine sample from before then cannot show whether a gauge holds them.
+        held_from = onset + overdue_after_s
         verdict = verdicts[key] = _verdict(obs, key, ours or len(records), starts, by_pool,
                                            load_key(records[0]), str(records[0].get("error") or ""),
-                                           onset, client_rate(records, now))  # fmt: skip
+                                           held_from, client_rate(records, now))  # fmt: skip
         for r in records:
             by_origin = stuck.setdefault(verdict.hop, {})
             by_origin[str(r.get("origin"))] = by_origin.get(str(r.get("origin")), 0) + 1

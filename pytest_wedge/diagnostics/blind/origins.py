@@ -18,7 +18,7 @@ from pytest_wedge.diagnostics.blind.servers import Servers, direct_records, rece
 
 def red_herrings(s: Servers, origin: str) -> list[str]:
     """Each worker's activity that is not ``origin``'s progress, attributed where possible."""
-    obs, now = s.obs, s.obs.taken_at
+    obs, now = s.obs, s.obs.client_now
     direct = direct_records(obs)
     mine = received_rates([r for r in obs.client if r.get("origin") == origin], now)
     window = obs.rate_window_s()

@@ -135,11 +135,11 @@ def direct_pending(obs: Observed) -> dict[str, int]:
             for name, records in direct_records(obs).items()}
 
 
-def worker_facts(obs: Observed, name: str, direct: int, onset: float | None = None) -> Worker:
+def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None = None) -> Worker:
     prefill = name in obs.prefill
 
     def gauge(metric: str) -> float:
-        return obs.gauge(name, metric, onset)
+        return obs.gauge(name, metric, held_from)
 
     failures = sum(obs.grew(name, c)
                    for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs"))  # fmt: skip
@@ -165,15 +165,16 @@ def worker_facts(obs: Observed, name: str, direct: int, onset: float | None = No
 class Servers:
     """The observation indexed for the rules; collects what each rule ruled out."""
 
-    def __init__(self, obs: Observed, onset: float | None = None) -> None:
-        """``onset``: when the requests in question were sent (an earlier engine sample from
-        before it cannot show whether a gauge held)."""
+    def __init__(self, obs: Observed, held_from: float | None = None) -> None:
+        """``held_from``: since when the requests in question should be held where they are
+        (the oldest one overdue); an earlier engine sample from before then cannot show
+        whether a gauge holds them."""
         self.obs = obs
         direct = direct_pending(obs)
-        self.workers = {n: worker_facts(obs, n, direct.get(n, 0), onset)
+        self.workers = {n: worker_facts(obs, n, direct.get(n, 0), held_from)
                         for n in obs.worker_names}  # fmt: skip
         for name, records in direct_records(obs).items():
-            self.workers[name].direct_rate = sum(received_rates(records, obs.taken_at).values())
+            self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
         self.ruled_out: list[str] = []
 
     # -- the router -------------------------------------------------------------------------
