@@ -35,16 +35,29 @@ class MetricMeaning:
     """What the number says, value by value where the values are codes."""
     use: str
     """What the diagnosis or a watchdog makes of it."""
+    codes: tuple[tuple[float, str], ...] = ()
+    """For a gauge whose value is a code: (value, what it says) pairs (``smg_worker_health``:
+    1, healthy). The reference page and :func:`describe_value` render them."""
+
+    def codes_text(self) -> str:
+        """``1 = healthy, 0 = not healthy``: the codes as the reference page writes them."""
+        return ", ".join(f"{value:g} = {said}" for value, said in self.codes)
+
+
+# Values of the code gauges, for code that tests them (``health == WORKER_HEALTHY``).
+WORKER_HEALTHY, WORKER_UNHEALTHY = 1.0, 0.0
+BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN = 0.0, 1.0, 2.0
 
 
 _ROWS = (
     # -- router (smg) ---------------------------------------------------------------------------
     MetricMeaning(
         "smg_worker_health", "router", "gauge", ("worker",),
-        "1 = healthy, 0 = not healthy, by the router's own health checks (`GET /health` every "
-        "60 s by default; NotReady after 3 failures). A worker wedged a moment ago still "
-        "shows 1.",
-        "A worker at 0 is named in the evidence; 1 proves nothing about a fresh wedge.",
+        "Whether the router's own health checks pass for the worker.",
+        "A worker at 0 is named in the evidence (the router marks it unhealthy). The checks "
+        "run every 60 s by default and fail a worker after 3 misses, so a worker wedged a "
+        "moment ago still shows 1: 1 proves nothing about a fresh wedge.",
+        ((WORKER_HEALTHY, "healthy"), (WORKER_UNHEALTHY, "not healthy")),
     ),
     MetricMeaning(
         "smg_worker_requests_active", "router", "gauge", ("worker",),
@@ -55,9 +68,11 @@ _ROWS = (
     ),
     MetricMeaning(
         "smg_worker_cb_state", "router", "gauge", ("worker",),
-        "The worker's circuit breaker: 0 = closed (traffic flows), 1 = open (the worker gets "
-        "no traffic), 2 = half-open (trial requests only).",
+        "The worker's circuit breaker.",
         "An open breaker explains refusals; a topology reset waits until every breaker is 0.",
+        ((BREAKER_CLOSED, "closed (traffic flows)"),
+         (BREAKER_OPEN, "open (the worker gets no traffic)"),
+         (BREAKER_HALF_OPEN, "half-open (trial requests only)")),
     ),
     MetricMeaning(
         "smg_worker_cb_consecutive_failures", "router", "gauge", ("worker",),
@@ -189,7 +204,8 @@ METRIC_MEANINGS: Mapping[str, MetricMeaning] = MappingProxyType({m.name: m for m
 """Exported metric name -> its meaning, in the order of the reference page."""
 
 
-def meaning_of(name: str) -> str:
-    """The meaning of ``name`` for a report line, or "" for a metric not in the table."""
+def describe_value(name: str, value: float) -> str:
+    """``value`` of ``name`` for a report line: ``1 (healthy)`` for a code, else ``1``."""
     found = METRIC_MEANINGS.get(name)
-    return found.meaning if found is not None else ""
+    said = dict(found.codes).get(value) if found is not None else None
+    return f"{value:g} ({said})" if said else f"{value:g}"

@@ -38,12 +38,12 @@ other) in a test. The meanings are one table in the code,
 `pytest_wedge.evidence.metric_meanings`."""
 
 
-def metric_names_read() -> set[str]:
+def metric_names_read(package: Path = PACKAGE) -> set[str]:
     """Every metric name the package (outside the stub workers) reads."""
     found = {f"sglang:{gauge}" for gauge in STUB_GAUGES}
     found |= {f"sglang:{counter}_total" for counter in ENGINE_COUNTERS}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).as_posix().startswith(NOT_READERS):
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).as_posix().startswith(NOT_READERS):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
@@ -54,7 +54,10 @@ def metric_names_read() -> set[str]:
 
 def _row(metric: MetricMeaning) -> tuple[str, ...]:
     labels = ", ".join(code(label) for label in metric.labels)
-    return (code(metric.name), metric.kind, labels, metric.meaning, metric.use)
+    meaning = metric.meaning
+    if metric.codes:
+        meaning = f"{meaning.rstrip('.')}: {metric.codes_text()}."
+    return (code(metric.name), metric.kind, labels, meaning, metric.use)
 
 
 def render() -> str:

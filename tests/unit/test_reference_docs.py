@@ -17,9 +17,10 @@ import pytest
 
 from pytest_wedge.cli import main
 from pytest_wedge.cli.reference import REGENERATE, stale_pages
-from pytest_wedge.evidence.metric_meanings import METRIC_MEANINGS
+from pytest_wedge.evidence.metric_meanings import METRIC_MEANINGS, describe_value
 from pytest_wedge.faults import FAULT_REGISTRY, Toxic
 from pytest_wedge.faults import registry as fault_registry
+from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.load import STATES, Aborter, Harness, RequestRecord, StrayRequester
 from pytest_wedge.load.ledger import PHASES
 from pytest_wedge.load.meanings import (
@@ -205,11 +206,37 @@ def test_every_metric_the_code_reads_has_a_meaning_and_no_row_is_stale() -> None
     assert sorted(set(METRIC_MEANINGS) - read) == [], "rows for metrics nothing reads any more"
 
 
+def test_a_metric_read_without_a_meaning_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "new.py").write_text('QUEUE = "smg_new_queue_depth"\n')
+    (tmp_path / "stubs").mkdir()  # the stubs produce metrics: what they name is not read
+    (tmp_path / "stubs" / "exposition.py").write_text('NAME = "sglang:only_exported"\n')
+    read = metric_names_read(tmp_path)
+    assert "smg_new_queue_depth" in read and "sglang:only_exported" not in read
+    assert "smg_new_queue_depth" not in METRIC_MEANINGS
+
+
+def test_a_code_gauge_reads_as_its_meaning() -> None:
+    assert describe_value("smg_worker_health", 0.0) == "0 (not healthy)"
+    assert describe_value("smg_worker_cb_state", 1.0) == "1 (open (the worker gets no traffic))"
+    assert describe_value("smg_admission_inflight", 3.0) == "3"
+
+
 def test_the_metrics_page_gives_each_metric_its_meaning() -> None:
     page = committed("metrics.md")
     assert set(METRIC_MEANINGS) <= rows(page)
     health = next(line for line in page.splitlines() if line.startswith("| `smg_worker_health`"))
     assert "1 = healthy" in health
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+def test_every_setting_is_on_the_settings_page() -> None:
+    page = committed("settings.md")
+    missing = [name for name, s in SETTINGS.items()
+               if f"| `{name}` |" not in page or (s.has_option and s.option not in page)]  # fmt: skip
+    assert missing == [], f"missing from docs/reference/settings.md. {FIX}"
 
 
 # -- the command ------------------------------------------------------------------------------------
