@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import re
 import textwrap
@@ -54,6 +55,8 @@ def _class_node(cls: type) -> ast.ClassDef | None:
     return node if isinstance(node, ast.ClassDef) else None
 
 
+# inspect.getsource parses the class's whole module each time; a base class is read once.
+@functools.cache
 def _docs_declared_in(cls: type) -> dict[str, str]:
     node = _class_node(cls)
     if node is None:
