@@ -14,8 +14,9 @@ from pytest_wedge.reference.markdown import code, entry_table, page, prose, tabl
 FAMILIES = ("network", "component", "engine")
 
 INTRO = """\
-Every fault kind of the registry (`pytest_wedge.faults.FAULT_REGISTRY`). In a test, apply one
-for a block with `with wedge.fault(Pause("router")):`. In a scenario file, the class name is the
+Every fault kind that ships with pytest-wedge, from its registry
+(`pytest_wedge.faults.FAULT_REGISTRY`). In a test, apply one for a block with
+`with wedge.fault(Pause("router")):`. In a scenario file, the class name is the
 `kind` and the fields are keys, beside `at_s` (seconds after the faults are scheduled) and
 `for_s` (seconds from apply to revert):
 
@@ -29,6 +30,13 @@ at_s = 2.0
 
 A field's meaning is its attribute docstring in the code. To add a fault of your own, see
 [creating-faults.md](../creating-faults.md)."""
+
+
+def package_faults() -> dict[str, type[Fault]]:
+    """The registry's faults that ship with pytest-wedge. A user's own fault, registered by a
+    conftest or a plugin in the same process, belongs to the user's docs, not these."""
+    return {name: cls for name, cls in FAULT_REGISTRY.items()
+            if cls.__module__.startswith("pytest_wedge.")}  # fmt: skip
 
 
 def fault_entries(cls: type[Fault]) -> list[Entry]:
@@ -83,7 +91,9 @@ def _module_title(module: str) -> str:
 
 def _summary() -> list[str]:
     rows = []
-    for name, cls in sorted(FAULT_REGISTRY.items(), key=lambda kv: _family_order(kv[1].__module__)):
+    for name, cls in sorted(
+        package_faults().items(), key=lambda kv: _family_order(kv[1].__module__)
+    ):
         first = prose(own_docstring(cls)).split("\n\n")[0].split(". ")[0].rstrip(".")
         rows.append((f"[`{name}`](#{name.lower()})", cls.__module__.rpartition(".")[2], first))
     return table(("kind", "family", "what it does"), rows)
@@ -96,7 +106,7 @@ def _family_order(module: str) -> int:
 
 def render() -> str:
     by_module: dict[str, list[type[Fault]]] = {}
-    for cls in FAULT_REGISTRY.values():
+    for cls in package_faults().values():
         by_module.setdefault(cls.__module__, []).append(cls)
     body = [*_summary(), ""]
     for module in sorted(by_module, key=_family_order):

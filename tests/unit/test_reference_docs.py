@@ -30,7 +30,7 @@ from pytest_wedge.load.meanings import (
     STATE_MEANINGS,
 )
 from pytest_wedge.reference import PAGES, render_pages
-from pytest_wedge.reference.faults_page import fault_entries
+from pytest_wedge.reference.faults_page import fault_entries, package_faults
 from pytest_wedge.reference.introspect import own_docstring
 from pytest_wedge.reference.loads_page import LOADS, ledger_entries, option_entries
 from pytest_wedge.reference.metrics_page import metric_names_read
@@ -59,7 +59,7 @@ def rows(text: str) -> set[str]:
 def faults_missing_from(page: str) -> list[str]:
     """Every fault kind or field of the registry that ``page`` does not document."""
     missing = []
-    for name, cls in FAULT_REGISTRY.items():
+    for name, cls in package_faults().items():
         heading = f"### `{name}`"
         if heading + "\n" not in page:
             missing.append(name)
@@ -107,14 +107,14 @@ def test_every_page_is_listed_and_rendered() -> None:
 
 
 def test_every_registered_fault_and_field_is_on_the_faults_page() -> None:
-    assert FAULT_REGISTRY, "the registry is empty: the faults did not load"
+    assert len(package_faults()) >= 20, "the package's faults did not load"
     missing = faults_missing_from(committed("faults.md"))
     assert missing == [], f"missing from docs/reference/faults.md. {FIX}"
 
 
 def test_every_fault_and_field_has_a_description() -> None:
-    undescribed = [name for name, cls in FAULT_REGISTRY.items() if not own_docstring(cls)]
-    undescribed += [f"{name}.{e.name}" for name, cls in FAULT_REGISTRY.items()
+    undescribed = [name for name, cls in package_faults().items() if not own_docstring(cls)]
+    undescribed += [f"{name}.{e.name}" for name, cls in package_faults().items()
                     for e in fault_entries(cls) if not e.meaning]  # fmt: skip
     assert undescribed == [], (
         "give each fault a class docstring and each field an attribute docstring (a string "
@@ -122,20 +122,30 @@ def test_every_fault_and_field_has_a_description() -> None:
     )
 
 
-def test_a_fault_missing_from_the_page_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def _planted_fault(module: str) -> type[Toxic]:
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Planted(Toxic):
         """A fault registered after the page was written."""
 
         knob_ms: int = 1
-        """A field nobody documented on the page."""
         toxic_type = "latency"
 
-    monkeypatch.setitem(fault_registry._by_name, "Planted", Planted)
-    page = committed("faults.md")
-    assert "Planted" in faults_missing_from(page)
+    Planted.__module__ = module
+    return Planted
+
+
+def test_a_fault_missing_from_the_page_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = _planted_fault("pytest_wedge.faults.network")  # as if it shipped in the package
+    monkeypatch.setitem(fault_registry._by_name, "Planted", planted)
+    assert "Planted" in faults_missing_from(committed("faults.md"))
     assert "faults.md" in stale_pages(REFERENCE)
     assert faults_missing_from(render_pages()["faults.md"]) == []
+
+
+def test_a_users_own_fault_stays_out_of_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(fault_registry._by_name, "Planted", _planted_fault("conftest"))
+    assert "Planted" in FAULT_REGISTRY
+    assert "Planted" not in render_pages()["faults.md"]
 
 
 def test_a_field_missing_from_the_page_is_caught() -> None:
