@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios test lint bench soak stress docker-up docker-down clean
+.PHONY: install system-deps scenarios test lint docs bench soak stress docker-up docker-down clean
 
 install: $(VENV)/.installed $(TOXIPROXY)
 
@@ -52,6 +52,11 @@ docker-down:
 lint: install
 	$(BIN)/ruff check pytest_wedge tests bench
 	$(BIN)/mypy
+
+# The reference pages, rendered from the code; tests/unit/test_reference_docs.py fails when the
+# committed ones differ. `python -m` from here renders this checkout's code.
+docs: install
+	$(BIN)/python -m pytest_wedge.cli reference --out docs/reference
 
 bench: install
 	scripts/docker-daemon.sh run $(BIN)/python -m bench

@@ -1,4 +1,4 @@
-"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up`` and ``doctor``.
+"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up``, ``doctor`` and ``reference``.
 
 Everything a pip user needs outside pytest: getting the one non-Python program (Toxiproxy),
 bringing a topology up by hand, and seeing what this environment has.
@@ -77,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--toxiproxy", default=None, metavar="PATH",
                         help="check this toxiproxy-server instead of discovering one")
+
+    reference = commands.add_parser(
+        "reference", help="write the reference pages (faults, load options, ledger, metrics)",
+        description="Render docs/reference/*.md from the code: every fault and its fields, "
+        "every load option, the client ledger's fields and the metrics the evidence reads.",
+    )
+    reference.add_argument("--out", type=Path, default=Path("docs") / "reference",
+                           help="directory to write into (default: %(default)s)")
+    reference.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 if a page there differs from the code")
     return parser
 
 
@@ -93,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pytest_wedge.cli.up import run_up
 
             return run_up(args)
+        if args.command == "reference":
+            from pytest_wedge.cli.reference import run_reference
+
+            return run_reference(args.out, check=args.check)
         from pytest_wedge.cli.doctor import run_doctor
 
         return run_doctor(args.toxiproxy)

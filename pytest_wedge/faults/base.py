@@ -40,6 +40,8 @@ class Fault(ABC):
     """
 
     target: str
+    """The component (``router``, ``prefill-0``, ``decode-1``) or link (``client->router``,
+    ``decode-0->prefill-0``) it acts on, as the topology names it."""
     instance_id: int = field(
         default_factory=_next_instance_id, init=False, compare=False, repr=False
     )

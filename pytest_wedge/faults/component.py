@@ -79,6 +79,7 @@ class DecodeOnlyRestart(Fault):
 
     target: str = "decode-0"
     prefills: tuple[str, ...] = ()
+    """The prefills whose transfers wedge; empty: the decode's PD pair in the topology."""
     decode = TargetAlias("decode")
 
     def __post_init__(self) -> None:

@@ -38,6 +38,7 @@ class EngineFault(Fault):
     for two origins) live side by side and each revert removes only its own."""
 
     origin: str | None = None
+    """Act only on requests of this origin (``harness``, ``stray-1``...); None: on all."""
     kind: ClassVar[str]
     roles: ClassVar[tuple[str, ...]] = ("prefill", "decode")
     component = TargetAlias("component")
@@ -87,6 +88,7 @@ class StallAfterTokens(EngineFault):
     """Emit exactly ``tokens`` tokens, then hold the stream open: a half-open stream."""
 
     tokens: int = 3  # the stub requires it; three tokens prove the stream had started
+    """How many tokens are sent before the stream stalls."""
     kind: ClassVar[str] = "stall_after_tokens"
     roles: ClassVar[tuple[str, ...]] = ("decode",)
 
@@ -159,11 +161,17 @@ class ErrorStatus(EngineFault):
     """
 
     status: int = stub_default("error_status", "status")
+    """The HTTP status of the error response."""
     message: str = stub_default("error_status", "message")
+    """The error message in the response body."""
     first_n: int = stub_default("error_status", "first_n")
+    """Error at most this many matching requests, the first ones; 0: no limit."""
     probability: float = stub_default("error_status", "probability")
+    """The chance, 0 to 1, that a matching request errors (seeded by the stub's ``seed``)."""
     after_kv_taken: bool = stub_default("error_status", "after_kv_taken")
+    """Answer with the error only after the decode took the KV (a prefill fault)."""
     delay_ms: float = stub_default("error_status", "delay_ms")
+    """With ``after_kv_taken``, wait this much longer before the error, in milliseconds."""
     kind: ClassVar[str] = "error_status"
 
 
@@ -173,6 +181,7 @@ class SlowTokens(EngineFault):
     """Tokens come every ``itl_ms`` milliseconds instead of the worker's own pace."""
 
     itl_ms: float = 200.0  # the stub requires it; 200 ms is slow enough to see in any test
+    """The time between two tokens, in milliseconds."""
     kind: ClassVar[str] = "slow_tokens"
 
 
@@ -182,6 +191,7 @@ class Crash(EngineFault):
     """The worker exits with ``exit_code`` on its next matching request; revert restarts it."""
 
     exit_code: int = stub_default("crash", "exit_code")
+    """The exit code the worker exits with."""
     kind: ClassVar[str] = "crash"
 
     def revert(self, topology: Topology) -> None:

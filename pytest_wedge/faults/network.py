@@ -27,7 +27,9 @@ class Toxic(Fault):
     = back. Each instance is its own toxic, so two of one type on one link both apply."""
 
     stream: Stream = "downstream"
+    """The direction it acts on: ``upstream`` (towards the server) or ``downstream`` (back)."""
     toxicity: float = 1.0
+    """The probability, 0 to 1, that it applies to a connection (drawn per connection)."""
     toxic_type: ClassVar[str]
     link = TargetAlias("link")
 
@@ -63,8 +65,12 @@ class Toxic(Fault):
 @register
 @dataclass(frozen=True, kw_only=True)
 class Latency(Toxic):
+    """Delays every chunk of data by ``latency_ms`` plus or minus ``jitter_ms``."""
+
     latency_ms: int
+    """The delay added to each chunk, in milliseconds."""
     jitter_ms: int = 0
+    """A random spread around ``latency_ms``, in milliseconds."""
     toxic_type: ClassVar[str] = "latency"
 
     def attributes(self) -> dict[str, Any]:
@@ -74,7 +80,10 @@ class Latency(Toxic):
 @register
 @dataclass(frozen=True, kw_only=True)
 class Bandwidth(Toxic):
+    """Throttles the link to ``rate_kb_per_s``. It slows a link down; it never cuts one."""
+
     rate_kb_per_s: int
+    """The rate, in KB/s; must be > 0 (Toxiproxy treats 0 as unlimited)."""
     toxic_type: ClassVar[str] = "bandwidth"
 
     def __post_init__(self) -> None:
@@ -93,7 +102,10 @@ class Bandwidth(Toxic):
 @register
 @dataclass(frozen=True, kw_only=True)
 class SlowClose(Toxic):
+    """Delays closing the connection after the other side has closed."""
+
     delay_ms: int
+    """How long the close is delayed, in milliseconds."""
     toxic_type: ClassVar[str] = "slow_close"
 
     def attributes(self) -> dict[str, Any]:
@@ -109,6 +121,7 @@ class Timeout(Toxic):
     """
 
     timeout_ms: int = 0
+    """Close the connection after this many milliseconds; 0: never (a black hole)."""
     toxic_type: ClassVar[str] = "timeout"
 
     def attributes(self) -> dict[str, Any]:
@@ -118,7 +131,10 @@ class Timeout(Toxic):
 @register
 @dataclass(frozen=True, kw_only=True)
 class ResetPeer(Toxic):
+    """On the first data, waits ``timeout_ms`` and then resets the connection (TCP RST)."""
+
     timeout_ms: int = 0
+    """How long to wait after the first data before the reset, in milliseconds."""
     toxic_type: ClassVar[str] = "reset_peer"
 
     def attributes(self) -> dict[str, Any]:
@@ -128,9 +144,14 @@ class ResetPeer(Toxic):
 @register
 @dataclass(frozen=True, kw_only=True)
 class Slicer(Toxic):
+    """Splits the data into many small writes, optionally with a delay between them."""
+
     average_size_bytes: int
+    """The average size of one write, in bytes."""
     size_variation_bytes: int = 0
+    """A random spread around ``average_size_bytes``, in bytes."""
     delay_us: int = 0
+    """The pause between two writes, in microseconds."""
     toxic_type: ClassVar[str] = "slicer"
 
     def attributes(self) -> dict[str, Any]:
@@ -141,7 +162,10 @@ class Slicer(Toxic):
 @register
 @dataclass(frozen=True, kw_only=True)
 class LimitData(Toxic):
+    """Passes ``bytes`` bytes of a connection, then closes it."""
+
     bytes: int
+    """How many bytes pass before the connection is closed."""
     toxic_type: ClassVar[str] = "limit_data"
 
     def attributes(self) -> dict[str, Any]:
