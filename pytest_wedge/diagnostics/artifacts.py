@@ -9,6 +9,7 @@ Layout of ``directory``::
     stacks.txt            only when stacks were taken
     logs/<name>.log       copies of the component logs
     timeline.html         self-contained timeline
+    timeline.trace.json   the same as Chrome trace events (Perfetto, chrome://tracing)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
-from pytest_wedge.diagnostics.timeline import fault_dict, render_timeline
+from pytest_wedge.diagnostics.timeline import fault_dict, write_timeline
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
@@ -72,6 +73,5 @@ def write_artifacts(
             source = Path(path)
             if source.is_file():
                 _copy_tail(source, out / "logs" / f"{name}.log")
-    page = render_timeline(diagnosis, snapshot, faults, watchdogs, samples)
-    (out / "timeline.html").write_text(page)
+    write_timeline(out, diagnosis, snapshot, faults, watchdogs, samples)
     return out
