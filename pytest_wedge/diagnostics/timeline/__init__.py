@@ -91,6 +91,7 @@ def write_timeline(
     failure: str | None = None,
     marks: Iterable[Mark] = (),
     link_rates: LinkRates | None = None,
+    max_rows: int = MAX_ROWS,
 ) -> tuple[Path, Path]:
     """Write timeline.html and timeline.trace.json (every request, uncapped) into
     ``directory``; returns both paths."""
@@ -103,7 +104,9 @@ def write_timeline(
         "marks": marks,
         "link_rates": link_rates,
     }
-    page = build_timeline(diagnosis, snapshot, fault_windows, watchdogs, samples, **kwargs)
+    page = build_timeline(
+        diagnosis, snapshot, fault_windows, watchdogs, samples, max_rows=max_rows, **kwargs
+    )
     whole = build_timeline(
         diagnosis, snapshot, fault_windows, watchdogs, samples, max_rows=10**9, **kwargs
     )
