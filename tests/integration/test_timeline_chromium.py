@@ -138,14 +138,16 @@ def test_timeline_of_a_failing_30_agent_run_with_a_stray(
     wedge: Wedge, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     browser = chromium()
-    own_probe = wedge.probe is None
+    # The handle's own probe and link meter when it runs them (the default), else ours.
     probe = wedge.probe or Probe(wedge.topology, interval_s=0.1).start()
+    meter = wedge.link_meter or LinkMeter(wedge.topology, interval_s=0.25).start()
     try:
-        with LinkMeter(wedge.topology, interval_s=0.25) as meter:
-            run = failing_run(wedge, probe)
+        run = failing_run(wedge, probe)
     finally:
-        if own_probe:
+        if wedge.probe is None:
             probe.stop()
+        if wedge.link_meter is None:
+            meter.stop()
     snapshot = run["snapshot"]
     diagnosis = locate(snapshot)
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
