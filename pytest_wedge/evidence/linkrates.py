@@ -174,7 +174,9 @@ class LinkMeter:
             return list(self._series)
 
     def rates(self) -> LinkRates:
-        return rates(self.series(), SOURCE_BOTH)
+        # Without ss the open connections are unseen: say so rather than claim both sources.
+        source = SOURCE_BOTH if shutil.which("ss") else f"{SOURCE_TOXIPROXY}; ss not found"
+        return rates(self.series(), source)
 
     def start(self) -> Self:
         if self._thread is None:
