@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ["topology", "diagnosis", "probe", "load", "catalog", "docker", "wedges"]
+BENCHES = ["topology", "diagnosis", "probe", "linkrates", "load", "catalog", "docker", "wedges"]
 
 
 def main(argv: list[str]) -> int:

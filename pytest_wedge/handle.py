@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_wedge.evidence.linkrates import LinkMeter
 from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults.base import Fault, FaultSet
@@ -44,8 +45,12 @@ class Wedge:
         self.watchdogs: list[Watchdog] = []
         self.clear_checks: list[ClearCheck] = []
         self.probe: Probe | None = None
+        self.link_meter: LinkMeter | None = None
         if probe_interval_s > 0:
             self.probe = Probe(topology, interval_s=probe_interval_s).start()
+            # The timeline's link lanes: Toxiproxy's own counters move only when a connection
+            # closes, so the meter adds the open sockets' bytes (evidence/linkrates.py).
+            self.link_meter = LinkMeter(topology).start()
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -192,4 +197,6 @@ class Wedge:
         self.stop_loads()
         if self.probe is not None:
             self.probe.stop()
+        if self.link_meter is not None:
+            self.link_meter.stop()
         return self.faults.revert_all()

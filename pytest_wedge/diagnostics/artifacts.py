@@ -9,6 +9,7 @@ Layout of ``directory``::
     stacks.txt            only when stacks were taken
     logs/<name>.log       copies of the component logs
     timeline.html         self-contained timeline
+    timeline.trace.json   the same as Chrome trace events (Perfetto, chrome://tracing)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
-from pytest_wedge.diagnostics.timeline import fault_dict, render_timeline
+from pytest_wedge.diagnostics.timeline import Mark, fault_dict, write_timeline
+from pytest_wedge.evidence.linkrates import LinkRates
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
@@ -49,8 +51,13 @@ def write_artifacts(
     watchdogs: Sequence[dict[str, Any]] = (),
     *,
     stacks: dict[str, str] | None = None,
+    link_rates: LinkRates | None = None,
+    title: str | None = None,
+    failure: str | None = None,
+    marks: Iterable[Mark] = (),
 ) -> Path:
-    """Write every artifact under ``directory`` (created); returns the directory."""
+    """Write every artifact under ``directory`` (created); returns the directory. The last four
+    keywords go to the timeline (see :func:`~pytest_wedge.diagnostics.timeline.write_timeline`)."""
     out = Path(directory)
     (out / "ledgers").mkdir(parents=True, exist_ok=True)
     faults = [fault_dict(w) for w in fault_windows]
@@ -72,6 +79,6 @@ def write_artifacts(
             source = Path(path)
             if source.is_file():
                 _copy_tail(source, out / "logs" / f"{name}.log")
-    page = render_timeline(diagnosis, snapshot, faults, watchdogs, samples)
-    (out / "timeline.html").write_text(page)
+    write_timeline(out, diagnosis, snapshot, faults, watchdogs, samples, link_rates=link_rates,
+                   title=title, failure=failure, marks=marks)  # fmt: skip
     return out

@@ -79,6 +79,7 @@ def build_report(
         path = write_artifacts(
             wedge.artifacts_dir, diagnosis, snapshot, samples, wedge.faults.windows,
             [*rows, *[c.to_json() for c in wedge.clear_checks]], stacks=stacks,
+            link_rates=wedge.link_meter.rates() if wedge.link_meter else None,
         )  # fmt: skip
         data["artifacts"] = str(path)
         lines.append(

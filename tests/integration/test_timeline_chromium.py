@@ -1,22 +1,56 @@
-"""timeline.html from a real wedged run, opened in headless Chromium: lanes and fault in the DOM."""
+"""The timeline of a real failing run, opened in headless Chromium.
+
+A 30-agent harness and a stray requester run through the real topology; a black hole on the
+KV link wedges the harness, and the test's own wait for the harness fails. The page is written
+into this test's artifacts folder (with a screenshot), then laid out by Chromium: the checks
+read both its DOM and its geometry (a copy of the page with a measuring script appended), and
+the Chrome trace JSON is checked for what Perfetto's importer needs.
+"""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
+from trace_events import problems
 
-from pytest_wedge.diagnostics import Probe, collect, dump_stacks, locate, write_artifacts
-from pytest_wedge.diagnostics.hops import hop_order
+from pytest_wedge.diagnostics import Probe, collect, locate
+from pytest_wedge.diagnostics.timeline import write_timeline
+from pytest_wedge.evidence.linkrates import LinkMeter
 from pytest_wedge.faults import Timeout
 from pytest_wedge.handle import Wedge
-from pytest_wedge.waiting import wait_for
+from pytest_wedge.waiting import WaitTimeout, wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(240)
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+
+# Appended to a copy of the page: Chromium lays it out, the script writes what it measured
+# into the DOM, and --dump-dom hands it back.
+MEASURE = """<script>
+window.addEventListener('load', function () {
+  var chart = document.querySelector('.chart').getBoundingClientRect();
+  var ticks = document.querySelectorAll('.axis.bottom .tick');
+  var last = ticks[ticks.length - 1].getBoundingClientRect();
+  var rows = Array.from(document.querySelectorAll('details[open] .row'));
+  var drawn = Array.from(document.querySelectorAll('.link path')).map(function (p) {
+    return p.getBoundingClientRect().height; });
+  var labels = Array.from(document.querySelectorAll('.flabel')).map(function (l) {
+    var r = l.getBoundingClientRect(); return [r.left - chart.left, chart.right - r.right]; });
+  var fail = document.querySelector('.mline.failure').getBoundingClientRect();
+  var out = {chart_right: chart.right, last_tick: [last.left, last.right], ticks: ticks.length,
+             row_heights: rows.map(function (r) { return r.getBoundingClientRect().height; }),
+             link_path_heights: drawn, fault_labels: labels,
+             failure_line: [fail.left - chart.left, fail.height]};
+  var pre = document.createElement('pre'); pre.id = 'measured';
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script></body>"""
 
 
 def chromium() -> str:
@@ -24,49 +58,148 @@ def chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip("Chromium not found (apt-get install -y chromium; `make install` does it)")
+    pytest.skip("Chromium not found (apt-get install -y chromium; `make system-deps` does it)")
 
 
 class Dom(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.attrs: list[dict[str, str | None]] = []
+        self.measured = ""
+        self._in_measured = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.attrs.append(dict(attrs))
+        self._in_measured = dict(attrs).get("id") == "measured"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_measured:
+            self.measured += data
 
     def values(self, name: str) -> list[str | None]:
         return [a[name] for a in self.attrs if name in a]
 
+    def rows(self, origin: str) -> list[dict[str, str | None]]:
+        return [a for a in self.attrs if a.get("class") == "row" and a.get("data-origin") == origin]
 
-def test_timeline_of_a_kv_black_hole_renders_in_chromium(wedge: Wedge, tmp_path: Path) -> None:
+
+def open_in_chromium(browser: str, page: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [browser, *FLAGS, *extra, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def failing_run(wedge: Wedge, probe: Probe) -> dict[str, Any]:
+    """30 agents and a stray; six healthy rounds first (so the page holds about 300 requests),
+    then a KV black hole; the test's wait for the harness fails. Returns what the timeline
+    needs, taken at the failure."""
+    harness_records = lambda: wedge.ledger.by_origin("harness")  # noqa: E731
+    wedge.stray("decode-0", rate_per_s=10)
+    harness = wedge.harness(agents=30, rounds=8, client_timeout_s=40, think_time_s=0.05)
+    wait_for(
+        lambda: sum(r.state == "ok" for r in harness_records()) >= 180,
+        timeout_s=60,
+        what="180 harness requests to finish before the fault",
+    )
+    fault = wedge.apply(Timeout("decode-0->prefill-0", timeout_ms=0))
+    wait_for(
+        lambda: any(
+            r.state == "pending" and time.time() - r.created > 1.0 for r in harness_records()
+        ),
+        timeout_s=15,
+        what="an overdue harness request",
+    )
+    diagnosed = wedge.diagnose()
+    diagnosed_at = time.time()
+    with pytest.raises(WaitTimeout) as failed:
+        wait_for(lambda: harness.wait(0), timeout_s=2.0, what="the harness to finish")
+    failed_at = time.time()
+    snapshot = collect(wedge.topology, wedge.ledger, before=probe.latest(min_age_s=0.2))
+    return {
+        "fault": fault,
+        "snapshot": snapshot,
+        "samples": probe.samples(),
+        "failure": failed.value.headline,
+        "diagnosed": diagnosed,
+        "marks": [
+            (diagnosed_at, f"diagnose() said {diagnosed.location}"),
+            (failed_at, "failure: the harness did not finish"),
+        ],
+    }
+
+
+def test_timeline_of_a_failing_30_agent_run_with_a_stray(
+    wedge: Wedge, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     browser = chromium()
-    with Probe(wedge.topology, interval_s=0.1) as probe:
-        wedge.stray("decode-0", rate_per_s=5)
-        wedge.harness(agents=30, rounds=5, client_timeout_s=20, think_time_s=0.05)
-        fault = wedge.apply(Timeout("decode-0->prefill-0", timeout_ms=0))
-        wait_for(lambda: any(r.state == "pending" and time.time() - r.created > 1.0
-                             for r in wedge.ledger.by_origin("harness")),
-                 timeout_s=15, what="an overdue harness request")  # fmt: skip
-        snapshot = collect(wedge.topology, wedge.ledger)
-        samples = probe.samples()
+    # The handle's own probe and link meter when it runs them (the default), else ours.
+    probe = wedge.probe or Probe(wedge.topology, interval_s=0.1).start()
+    meter = wedge.link_meter or LinkMeter(wedge.topology, interval_s=0.25).start()
+    try:
+        run = failing_run(wedge, probe)
+    finally:
+        if wedge.probe is None:
+            probe.stop()
+        if wedge.link_meter is None:
+            meter.stop()
+    snapshot = run["snapshot"]
     diagnosis = locate(snapshot)
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
-    stacks = dump_stacks(wedge.topology, gdb=False)
-    out = write_artifacts(tmp_path / "wedge", diagnosis, snapshot, samples,
-                          wedge.faults.windows, stacks=stacks)  # fmt: skip
-    assert len(samples) >= 3
-    page = out / "timeline.html"
+    out = (wedge.artifacts_dir or tmp_path / "wedge").resolve()
+    page, trace = write_timeline(
+        out,
+        diagnosis,
+        snapshot,
+        wedge.faults.windows,
+        [],
+        run["samples"],
+        title=request.node.nodeid,
+        failure=run["failure"],
+        marks=run["marks"],
+        link_rates=meter.rates(),
+    )
     assert page.stat().st_size < 2_000_000
-    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=45, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+
     dom = Dom()
-    dom.feed(done.stdout)
-    assert dom.values("data-lane") == hop_order(snapshot)
-    assert dom.values("data-fault") == [fault.describe()]
-    assert "harness" in dom.values("data-origin") and "stray-1" in dom.values("data-origin")
-    assert {"diagnosis.json", "timeline.html", "stacks.txt", "ledgers", "logs"} <= {
-        p.name for p in out.iterdir()}
-    assert "secondary evidence" in (out / "stacks.txt").read_text()
+    dom.feed(open_in_chromium(browser, page, "--dump-dom"))
+    harness = dom.rows("harness")
+    stray = dom.rows("stray-1")
+    assert len(harness) == len(wedge.ledger.by_origin("harness")) >= 210
+    assert len(stray) >= 10 and len(harness) + len(stray) >= 250
+    assert dom.values("data-origin-group")[0] == "harness"
+    assert any(r.get("data-wedged") for r in harness)
+    assert dom.values("data-fault") == [run["fault"].describe()]
+    assert dom.values("data-test") == [request.node.nodeid]
+    assert dom.values("data-failure") == [run["failure"]]
+    assert {"diagnosis", "failure"} <= set(dom.values("data-mark"))
+    peaks = {a["data-link"]: float(a["data-peak"] or 0) for a in dom.attrs if "data-link" in a}
+    assert set(peaks) == set(wedge.topology.links)
+    assert peaks["client->router"] > 0 and peaks["router->decode-0"] > 0, peaks
+
+    measure = tmp_path / "measure.html"
+    measure.write_text(page.read_text().replace("</body>", MEASURE))
+    measured = Dom()
+    measured.feed(open_in_chromium(browser, measure, "--dump-dom", "--virtual-time-budget=5000"))
+    geometry = json.loads(measured.measured)
+    assert geometry["last_tick"][1] <= geometry["chart_right"] + 0.5, geometry
+    assert min(geometry["row_heights"]) >= 10, "a request row collapsed"
+    assert max(geometry["link_path_heights"]) > 2, "every link lane is empty"
+    assert all(left >= 0 and right >= 0 for left, right in geometry["fault_labels"]), geometry
+    assert geometry["failure_line"][1] > 300
+
+    screenshot = out / "timeline.png"
+    open_in_chromium(browser, page, f"--screenshot={screenshot}", "--window-size=1440,4400")
+    assert screenshot.stat().st_size > 10_000
+
+    data = json.loads(trace.read_text())
+    assert problems(data) == []
+    names = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"}
+    assert {"origin harness", "origin stray-1", "faults and marks"} <= names
+    counters = [e for e in data["traceEvents"] if e["ph"] == "C" and e["name"] == "client->router"]
+    assert any(e["args"]["upstream"] > 0 for e in counters)

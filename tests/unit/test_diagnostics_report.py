@@ -7,10 +7,9 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from test_diagnostics_locator import NOW, entry, ids, record, snapshot
+from test_diagnostics_locator import LINKS, NOW, entry, ids, record, snapshot
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate, render_timeline, write_artifacts
-from pytest_wedge.diagnostics.hops import hop_order
 from pytest_wedge.diagnostics.timeline import MAX_BARS
 from pytest_wedge.evidence.stacks import render_stacks
 
@@ -48,17 +47,24 @@ def parse(page: str) -> Attributes:
     return parser
 
 
-def test_timeline_has_one_lane_per_hop_and_the_fault_window() -> None:
+def test_timeline_has_a_row_per_request_grouped_by_origin_and_the_labelled_fault() -> None:
     snap, diagnosis = black_hole()
-    page = render_timeline(diagnosis, snap, [FAULT], [WATCHDOG])
+    page = render_timeline(diagnosis, snap, [FAULT], [WATCHDOG], title="test_x",
+                           failure="AssertionError: 3 stuck")  # fmt: skip
     dom = parse(page)
-    assert dom.values("data-lane") == hop_order(snap)
+    rows = [a for a in dom.found if a.get("class") == "row"]
+    assert {r["data-origin"] for r in rows} == {"harness", "stray-1"}
+    assert len([r for r in rows if r["data-origin"] == "harness"]) == 30
+    assert dom.values("data-origin-group") == ["harness", "stray-1"]  # origin under test first
     assert dom.values("data-fault") == ["Timeout on decode-0->prefill-0"]
+    assert "Timeout on decode-0-&gt;prefill-0 (active at the end)" in page
     assert dom.values("data-watchdog") == ["inflight_pin"]
-    held = [a for a in dom.found if a.get("data-lane") == "decode-0->prefill-0"]
-    assert held[0].get("class") == "hold"
-    origins = set(dom.values("data-origin"))
-    assert {"harness", "stray-1"} <= origins
+    assert set(dom.values("data-mark")) == {"watchdog", "diagnosis", "failure"}
+    assert dom.values("data-link") == LINKS
+    assert dom.values("data-test") == ["test_x"]
+    assert dom.values("data-failure") == ["AssertionError: 3 stuck"]
+    held = [r for r in rows if r.get("data-wedged")]
+    assert len(held) == 30 and all(r["data-origin"] == "harness" for r in held)
 
 
 def test_timeline_is_self_contained() -> None:
@@ -68,16 +74,16 @@ def test_timeline_is_self_contained() -> None:
     assert "<link" not in page and "@import" not in page and "fetch(" not in page
 
 
-def test_timeline_caps_bars() -> None:
+def test_timeline_caps_rows() -> None:
     snap, diagnosis = black_hole()
     snap.client = [record(i, origin="stray-9", state="ok", finished=NOW - 0.1)
                    for i in range(3000)] + snap.client  # fmt: skip
     page = render_timeline(diagnosis, snap, [], max_bars=MAX_BARS)
-    bars = [a for a in parse(page).found if a.get("class") == "bar"]
-    assert len(bars) == MAX_BARS
+    rows = [a for a in parse(page).found if a.get("class") == "row"]
+    assert len(rows) == MAX_BARS
     # The wedged requests of the origin under test are never the ones dropped.
-    assert {b["data-request"] for b in bars} >= {f"harness-x-{i}" for i in range(30)}
-    assert len(page) < 1_000_000
+    assert {r["data-request"] for r in rows} >= {f"harness-x-{i}" for i in range(30)}
+    assert len(page) < 2_000_000
 
 
 def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
@@ -97,7 +103,8 @@ def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
         "client.json", "prefill-0.json", "decode-0.json"}
     assert (out / "logs" / "router.log").read_text() == "router says hi\n"
     assert "secondary evidence" in (out / "stacks.txt").read_text()
-    assert 'data-lane="client->router"' in (out / "timeline.html").read_text()
+    assert 'data-link="client->router"' in (out / "timeline.html").read_text()
+    assert json.loads((out / "timeline.trace.json").read_text())["traceEvents"]
 
 
 def test_stacks_text_states_its_limits() -> None:

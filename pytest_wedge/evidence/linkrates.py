@@ -1,0 +1,201 @@
+"""Bytes per second through each link over time, for the timeline's link lanes.
+
+Toxiproxy's ``-proxy-metrics`` counters are the source, but Toxiproxy adds a connection's bytes
+only when that connection ends (``link.go`` counts after ``io.Copy`` returns). Every client in
+the topology keeps its connections alive (smg's pool, the load's and the stubs' aiohttp pools),
+so those counters alone stay flat for a whole test. The live part comes from the kernel: the
+bytes each open socket that Toxiproxy accepted on a link's listen port has received and had
+acknowledged (``tcp_info``, read with iproute2's ``ss``). Closed connections are in Toxiproxy's
+counters, open ones in the kernel's, so their sum is the link's traffic so far, and two samples
+give a rate.
+
+Per link and direction: ``upstream`` is what the link's client sent towards the target,
+``downstream`` what the target sent back (Toxiproxy's ``upstream_in`` and ``downstream_out``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from pytest_wedge.evidence.observe import link_bytes
+
+if TYPE_CHECKING:
+    from pytest_wedge.evidence.snapshot import Snapshot
+    from pytest_wedge.topology.running import Topology
+
+DIRECTIONS = ("upstream", "downstream")
+SOURCE_BOTH = "Toxiproxy's counters (closed connections) + the kernel's (open connections)"
+SOURCE_TOXIPROXY = "Toxiproxy's counters (a connection counts when it closes)"
+_ADDRESS = re.compile(r"\S+:(\d+)\s")
+_RECEIVED = re.compile(r"\bbytes_received:(\d+)")
+_ACKED = re.compile(r"\bbytes_acked:(\d+)")
+
+Totals = dict[str, dict[str, float]]  # link -> direction -> bytes so far
+
+
+@dataclass(frozen=True)
+class RateSpan:
+    """Mean bytes per second per direction between two samples of one link."""
+
+    start: float
+    end: float
+    upstream: float
+    downstream: float
+
+
+@dataclass(frozen=True)
+class LinkRates:
+    """Every link's rate series, and where the numbers came from (shown in the lane)."""
+
+    spans: dict[str, list[RateSpan]]
+    source: str
+
+    def peak(self, link: str) -> float:
+        return max((max(s.upstream, s.downstream) for s in self.spans.get(link, [])), default=0.0)
+
+
+def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
+    """Bytes received and acknowledged so far on each open socket whose local port is a link's
+    listen port (Toxiproxy's accepted side), summed per link. Empty when ``ss`` is missing."""
+    ss = shutil.which("ss")
+    if ss is None or not ports:
+        return {}
+    wanted = " or ".join(f"sport = :{port}" for port in ports)
+    done = subprocess.run(
+        [ss, "-tinH", "state", "connected", f"( {wanted} )"],
+        capture_output=True,
+        text=True,
+        timeout=2,
+        check=False,
+    )
+    return parse_ss(done.stdout, ports)
+
+
+def parse_ss(text: str, ports: Mapping[int, str]) -> Totals:
+    """``ss -tinH`` output: a socket line, then an indented line of its ``tcp_info``."""
+    totals: Totals = {}
+    link: str | None = None
+    for line in text.splitlines():
+        if line[:1] not in ("\t", " "):
+            found = _ADDRESS.search(line + " ")
+            link = ports.get(int(found.group(1))) if found else None
+            continue
+        if link is None:
+            continue
+        got, acked = _RECEIVED.search(line), _ACKED.search(line)
+        mine = totals.setdefault(link, {"upstream": 0.0, "downstream": 0.0})
+        mine["upstream"] += float(got.group(1)) if got else 0.0
+        mine["downstream"] += float(acked.group(1)) if acked else 0.0
+        link = None
+    return totals
+
+
+def add_counters(closed: Mapping[str, Mapping[str, float]], live: Totals) -> Totals:
+    """Toxiproxy's per-link counters (``upstream_in``, ``downstream_out``) plus live bytes."""
+    out: Totals = {}
+    for link in {*closed, *live}:
+        counters, now = closed.get(link, {}), live.get(link, {})
+        out[link] = {
+            "upstream": counters.get("upstream_in", 0.0) + now.get("upstream", 0.0),
+            "downstream": counters.get("downstream_out", 0.0) + now.get("downstream", 0.0),
+        }
+    return out
+
+
+def rates(series: Sequence[tuple[float, Totals]], source: str) -> LinkRates:
+    """Rates between consecutive samples. A dip (a connection's bytes moving from the kernel's
+    count to Toxiproxy's between the two reads) is clamped to 0 rather than drawn negative."""
+    spans: dict[str, list[RateSpan]] = {}
+    for (t0, before), (t1, after) in pairwise(series):
+        if t1 <= t0:
+            continue
+        for link in after:
+            was, now = before.get(link, {}), after[link]
+            up, down = (max(0.0, now.get(d, 0.0) - was.get(d, 0.0)) / (t1 - t0) for d in DIRECTIONS)
+            spans.setdefault(link, []).append(RateSpan(t0, t1, up, down))
+    return LinkRates(spans, source)
+
+
+def rates_from_samples(samples: Iterable[Snapshot]) -> LinkRates:
+    """Rates from the probe's slow samples (Toxiproxy's counters only): the fallback when no
+    :class:`LinkMeter` ran."""
+    series = [
+        (s.taken_at, add_counters(s.observed.traffic, {}))
+        for s in samples
+        if s.observed is not None and s.observed.traffic
+    ]
+    return rates(series, SOURCE_TOXIPROXY)
+
+
+class LinkMeter:
+    """``with LinkMeter(topology): ...`` samples every link's bytes every ``interval_s``;
+    :meth:`rates` turns the series into :class:`LinkRates`."""
+
+    def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000):
+        self.topology = topology
+        self.interval_s = interval_s
+        self.maxlen = maxlen
+        self.errors = 0
+        self._ports = {link.listen_port: name for name, link in topology.links.items()}
+        self._series: list[tuple[float, Totals]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> tuple[float, Totals]:
+        closed = link_bytes(self.topology, timeout_s=1.0)
+        live = open_socket_bytes(self._ports)
+        point = (time.time(), add_counters(closed, live))
+        with self._lock:
+            self._series.append(point)
+            del self._series[: max(0, len(self._series) - self.maxlen)]
+        return point
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.sample()
+            except Exception:  # a meter must never take the test down; count and go on
+                self.errors += 1
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def series(self) -> list[tuple[float, Totals]]:
+        with self._lock:
+            return list(self._series)
+
+    def rates(self) -> LinkRates:
+        # Without ss the open connections are unseen: say so rather than claim both sources.
+        source = SOURCE_BOTH if shutil.which("ss") else f"{SOURCE_TOXIPROXY}; ss not found"
+        return rates(self.series(), source)
+
+    def start(self) -> Self:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="wedge-linkmeter", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,36 @@
+"""The timeline a failing test's wedge report writes: link lanes with bytes, and the trace."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from trace_events import problems
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_failing_tests_timeline_has_moving_link_lanes_and_a_sound_trace(pytester, request):
+    pytester.makepyfile("""
+        def test_fails_after_traffic(wedge):
+            harness = wedge.harness(agents=10, rounds=3)
+            assert harness.wait(60)
+            assert False, "fails on purpose after the traffic"
+    """)
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    artifacts = pytester.path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={toxiproxy}", f"--wedge-artifacts={artifacts}",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    (page,) = artifacts.rglob("timeline.html")
+    peaks = dict(re.findall(r'data-link="([^"]+)" data-peak="([0-9.]+)"', page.read_text()))
+    # smg keeps its connections to the workers alive for the whole session, so Toxiproxy's
+    # counters (which count a connection when it closes) never move on these links: the bytes
+    # drawn are the open sockets' ones, from the handle's link meter.
+    assert float(peaks["router->prefill-0"]) > 0, peaks
+    assert float(peaks["decode-0->prefill-0"]) > 0, peaks
+    trace = json.loads((page.parent / "timeline.trace.json").read_text())
+    assert problems(trace) == []
