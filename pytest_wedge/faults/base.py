@@ -171,8 +171,14 @@ class FaultSet:
             self.revert(fault)
 
     def schedule(self, fault: Fault, *, at_s: float = 0.0, for_s: float | None = None) -> None:
-        """Apply ``fault`` ``at_s`` seconds from now and revert it ``for_s`` seconds later."""
-        self._start_timer(at_s, "apply", fault, self._apply)
+        """Apply ``fault`` ``at_s`` seconds from now and revert it ``for_s`` seconds later.
+
+        At 0 s it is applied here, before this returns: on a loaded machine a timer thread can
+        start late, and load started next would then run ahead of the fault."""
+        if at_s <= 0:
+            self._apply(fault)
+        else:
+            self._start_timer(at_s, "apply", fault, self._apply)
         if for_s is not None:
             self._start_timer(at_s + for_s, "revert", fault, self.revert)
 

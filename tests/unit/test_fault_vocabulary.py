@@ -216,7 +216,7 @@ class _Broken(Fault):
 
 def test_a_failed_scheduled_apply_is_returned_at_teardown_and_raised_once() -> None:
     fault_set = FaultSet(_Topology())  # type: ignore[arg-type]
-    fault_set.schedule(_Broken("decoder-9"), at_s=0.0)
+    fault_set.schedule(_Broken("decoder-9"), at_s=0.01)
     assert fault_set.wait_scheduled(timeout_s=10)
     assert [e.action for e in fault_set.scheduled_errors] == ["apply"]
     errors = fault_set.revert_all()
@@ -240,13 +240,26 @@ def test_a_failed_scheduled_revert_is_raised_by_active_faults() -> None:
 def test_scheduled_errors_are_not_raised_in_another_thread() -> None:
     """A watchdog thread applying a fault must not swallow the test's error."""
     fault_set = FaultSet(_Topology())  # type: ignore[arg-type]
-    fault_set.schedule(_Broken("decoder-9"), at_s=0.0)
+    fault_set.schedule(_Broken("decoder-9"), at_s=0.01)
     assert fault_set.wait_scheduled(timeout_s=10)
     elsewhere = threading.Thread(target=fault_set.apply, args=(_Broken("router", "never"),))
     elsewhere.start()
     elsewhere.join(10)
     with pytest.raises(ScheduledFaultError):
         fault_set.active_faults()
+
+
+def test_a_fault_scheduled_at_0_s_is_applied_before_schedule_returns() -> None:
+    # A timer thread can start late on a loaded machine; load started right after the call
+    # must already meet the fault.
+    topology = _Topology()
+    fault_set = FaultSet(topology)  # type: ignore[arg-type]
+    fault_set.schedule(Latency("client->router", latency_ms=5), at_s=0, for_s=3600)
+    assert [type(f).__name__ for f in fault_set.active_faults()] == ["Latency"]
+    assert topology.toxiproxy.toxics
+    with pytest.raises(ConfigError, match="decoder-9"):
+        fault_set.schedule(_Broken("decoder-9"), at_s=0)
+    assert fault_set.revert_all() == []
 
 
 def test_revert_all_cancels_what_is_still_due() -> None:
