@@ -276,6 +276,28 @@ def test_open_breakers_while_decode_is_healthy_are_the_router() -> None:
     assert any("breaker open" in line for line in diagnosis.evidence)
 
 
+def test_breakers_opened_in_the_window_by_refused_bootstraps_name_the_prefill() -> None:
+    # The breakers opened in this window, on bootstrap handshakes prefill-0 refused: the router
+    # refuses because of prefill-0, and whether it still refuses cannot be seen (likely).
+    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+                                      "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
+                                      "refusals": {"503 no_available_workers": 30.0}},
+                   workers={"decode-0": {"num_bootstrap_failed_reqs": 5.0}},
+                   workers_window={"prefill-0": engine("prefill"), "decode-0": engine("decode")})
+    diagnosis = located(obs, "prefill-0", "likely")
+    assert "decode-0 counted 5 failed bootstrap handshakes with prefill-0 in the window " \
+           "(num_bootstrap_failed_reqs)" in diagnosis.decided_by
+
+
+def test_breakers_opened_in_the_window_by_prefill_errors_name_the_prefill() -> None:
+    errors = [{"worker_type": "prefill", "error_type": "internal", "value": 5.0}]
+    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+                                      "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
+                                      "errors": errors},
+                   router_before={"errors": []})  # fmt: skip
+    located(obs, "prefill-0", "likely")
+
+
 def test_breakers_open_over_a_broken_link_name_the_link() -> None:
     obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
                    health={"via router->prefill-0": "did not answer: ConnectError refused"})

@@ -12,7 +12,14 @@ from typing import Any
 
 from pytest_wedge.diagnostics.blind.clientside import Phase
 from pytest_wedge.diagnostics.blind.rules import router_down
-from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, UNKNOWN, Servers, Verdict
+from pytest_wedge.diagnostics.blind.servers import (
+    CERTAIN,
+    LIKELY,
+    UNKNOWN,
+    Servers,
+    Verdict,
+    Worker,
+)
 
 
 def _router_errors(s: Servers, worker_type: str, error_type: str) -> float:
@@ -22,6 +29,33 @@ def _router_errors(s: Servers, worker_type: str, error_type: str) -> float:
                    if r.get("worker_type") == worker_type and r.get("error_type") == error_type)
 
     return max(0.0, total(s.obs.router) - total(s.obs.router_before))
+
+
+def _errors_of(s: Servers, worker_type: str) -> float:
+    """Errors of any type the router counted against ``worker_type`` in the window."""
+    def total(metrics: dict[str, Any]) -> float:
+        rows: list[dict[str, Any]] = metrics.get("errors") or []
+        return sum(float(r.get("value", 0.0)) for r in rows if r.get("worker_type") == worker_type)
+
+    return max(0.0, total(s.obs.router) - total(s.obs.router_before))
+
+
+def _opened_by(s: Servers) -> tuple[Worker, str] | None:
+    """The worker whose failures in the current window opened the breakers, when the public
+    counters single one out; after such a window the breakers refuse because of it."""
+    if not any(w.failed > 0 for w in s.workers.values()):
+        return None  # nothing failed in this window: the breakers were open before it
+    for d in s.role("decode"):
+        refused = s.obs.grew(d.name, "num_bootstrap_failed_reqs")
+        if refused and (p := s.failing("prefill")) is not None:
+            return p, (f"{d.name} counted {refused:g} failed bootstrap handshakes with "
+                       f"{p.name} in the window (num_bootstrap_failed_reqs)")  # fmt: skip
+    by_role = {role: _errors_of(s, role) for role in ("prefill", "decode")}
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        if by_role[role] and not by_role[other] and (w := s.failing(role)) is not None:
+            return w, (f"the router counted {by_role[role]:g} {role} errors in the window "
+                       f"(smg_worker_errors_total), against {w.name}")  # fmt: skip
+    return None
 
 
 def _is(n: int) -> str:
@@ -58,6 +92,11 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
                                  f"{d.transfer_broken:g} KV transfers that broke in the window "
                                  f"(num_transfer_failed_reqs)")  # fmt: skip
     opened = [w.name for w in s.workers.values() if w.cb_open]
+    if opened and not back and (cause := _opened_by(s)) is not None:
+        # Whether it still fails cannot be seen while the breakers keep traffic off it.
+        w, why = cause
+        return s.verdict(w.name, LIKELY, why, f"open breakers: {', '.join(opened)} "
+                         f"(smg_worker_cb_state=1)", refusing)  # fmt: skip
     sick = [w.name for w in s.workers.values() if not w.router_healthy]
     healthy = [d.name for d in s.role("decode") if d.answers]
     for w in s.workers.values():
