@@ -98,8 +98,12 @@ async def _hold_kv(engine: Engine, room: Room, entry: Entry) -> None:
                 w.cancel()
         if room.fetched.is_set():
             engine.finish(entry, "ok")
-        else:
-            engine.finish(entry, "aborted", "the decode went away before it pulled the KV")
+            return
+        if engine.faults.find("pin_on_abort", entry.origin):
+            # The engine bug: the blocks of an aborted remote-KV load are never reclaimed
+            # (vLLM issue #46283), until the in-flight pin watchdog or a reset.
+            await until_released(entry, asyncio.Event().wait())
+        engine.finish(entry, "aborted", "the decode went away before it pulled the KV")
     except Released as rel:
         if rel.reason == BOOTSTRAP_TIMEOUT:
             engine.counters.bootstrap_failed += 1  # vllm:nixl_num_kv_expired_reqs

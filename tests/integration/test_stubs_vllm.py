@@ -245,3 +245,40 @@ def test_prefill_kv_expires_when_no_decode_comes(wedge_session: WedgeSession,
         wait_for(expired, timeout_s=5, what="vllm:nixl_num_kv_expired_reqs to count it")
     finally:
         runtime.close()
+
+
+def test_serialize_runs_the_decodes_one_at_a_time(pair: Pair) -> None:
+    serialize = {"name": "one", "kind": "serialize"}
+    assert httpx.post(f"{pair.decode}/control/faults", json=serialize).status_code == 200
+    handles = [pair.prefill_leg(f"rid-s{i}").json()["kv_transfer_params"] for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(
+            lambda i: httpx.post(f"{pair.decode}/v1/chat/completions", timeout=30,
+                                 json=pair.decode_body(handles[i], 10),
+                                 headers={"X-Request-ID": f"rid-s{i}"}), range(2)))  # fmt: skip
+    assert [a.status_code for a in answers] == [200, 200]
+    stamps = [(pair.entry(pair.decode, f"rid-s{i}") or {})["t"] for i in range(2)]
+    earlier, later = sorted(stamps, key=lambda t: t["running"])
+    assert later["running"] >= earlier["finished"]  # one running slot: never both at once
+
+
+def test_an_aborted_pull_pins_the_prefills_kv_under_pin_on_abort(pair: Pair) -> None:
+    for fault in ({"name": "pin", "kind": "pin_on_abort"},
+                  {"name": "hold", "kind": "stall_kv_transfer"}):  # fmt: skip
+        assert httpx.post(f"{pair.prefill}/control/faults", json=fault).status_code == 200
+    handle = pair.prefill_leg("rid-pin").json()["kv_transfer_params"]
+    # The client gives up: the abort reaches the pull.
+    with httpx.Client(timeout=httpx.Timeout(10, read=1.0)) as client, pytest.raises(
+            httpx.ReadTimeout):  # fmt: skip
+        client.post(f"{pair.decode}/v1/chat/completions", json=pair.decode_body(handle),
+                    headers={"X-Request-ID": "rid-pin"})  # fmt: skip
+    wait_for(lambda: (pair.entry(pair.decode, "rid-pin") or {}).get("state") == "aborted",
+             timeout_s=5, what="the decode request to be aborted")  # fmt: skip
+    httpx.delete(f"{pair.prefill}/control/faults/hold")
+    # The KV is never reclaimed: the prefill's entry stays in flight...
+    assert set(observe(lambda: (pair.entry(pair.prefill, "rid-pin") or {}).get("state"),
+                       for_s=0.5)) == {"inflight"}  # fmt: skip
+    # ...until the in-flight pin watchdog releases it.
+    httpx.post(f"{pair.prefill}/control/watchdogs", json={"inflight_pin_s": 0.2})
+    wait_for(lambda: (pair.entry(pair.prefill, "rid-pin") or {}).get("state") == "released",
+             timeout_s=5, what="the pin watchdog to release the pinned KV")  # fmt: skip
