@@ -47,7 +47,12 @@ def judge(
         return locate(snapshot, origin, overdue_after_s, window_s, since=since)
     blind = locate_blind(snapshot.observed, origin, overdue_after_s, window_s=window_s,
                          since=since)  # fmt: skip
-    if oracle and snapshot.components:  # the ground truth was read
+    if snapshot.ledgerless:
+        # Said in the report, so nobody reads a location from public endpoints as ledger-backed.
+        blind.evidence.insert(0, f"no worker ledgers: {', '.join(snapshot.ledgerless)} run "
+                              "ledger-less (no ledger, no control API); located from public "
+                              "endpoints only, and the oracle did not score it")  # fmt: skip
+    elif oracle and snapshot.components:  # the ground truth was read
         truth = locate(snapshot, origin, overdue_after_s, window_s, since=since)
         blind.watchdogs = truth.watchdogs  # the stubs' own firings: for the report, not the locator
         if truth.location != blind.location:

@@ -1,7 +1,8 @@
 """Parsing what components expose (pure): smg's, the engines' and Toxiproxy's Prometheus text,
 and the kernel's view of a process.
 
-Every name here is one a real deployment exports: ``sglang:*`` from SGLang engines, ``smg_*``
+Every name here is one a real deployment exports: ``sglang:*`` from SGLang engines and
+``vllm:*`` from vLLM engines (both read through evidence/metric_names.py), ``smg_*``
 from the router, ``toxiproxy_proxy_*_bytes_total`` from Toxiproxy run with ``-proxy-metrics``.
 """
 
@@ -14,24 +15,17 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-STUB_GAUGES = (
-    "gen_throughput",
-    "num_running_reqs",
-    "num_queue_reqs",
-    "num_prefill_prealloc_queue_reqs",
-    "num_prefill_inflight_queue_reqs",
-    "num_decode_prealloc_queue_reqs",
-    "num_decode_transfer_queue_reqs",
+from pytest_wedge.evidence.metric_names import (
+    COUNTERS,
+    GAUGES,
+    canonical,
+    exported_names,
+    vocabulary,
 )
+
+STUB_GAUGES = GAUGES
 # Cumulative engine counters (SGLang names without the ``_total`` suffix).
-ENGINE_COUNTERS = (
-    "num_requests",
-    "generation_tokens",
-    "prompt_tokens",
-    "num_aborted_requests",
-    "num_bootstrap_failed_reqs",
-    "num_transfer_failed_reqs",
-)
+ENGINE_COUNTERS = COUNTERS
 # Probe endpoints answer on every path; counting them would drown the traffic that matters.
 _PROBE_PATHS = frozenset({"/health", "/liveness", "/readiness", "/metrics", "/workers"})
 _PER_WORKER = {
@@ -54,23 +48,17 @@ def families(text: str, names: tuple[str, ...]) -> list[tuple[str, dict[str, str
 
 
 def parse_stub_metrics(text: str) -> dict[str, float]:
-    """The engine gauges the oracle's red herrings quote (SGLang names without the prefix)."""
-    wanted = {f"sglang:{g}": g for g in STUB_GAUGES}
-    return {wanted[n]: v for n, _, v in families(text, tuple(wanted)) if n in wanted}
+    """The engine gauges the oracle's red herrings quote, by canonical name."""
+    values = parse_engine_metrics(text)
+    return {g: values[g] for g in STUB_GAUGES if g in values}
 
 
 def parse_engine_metrics(text: str) -> dict[str, float]:
-    """SGLang gauges and counters, summed over label sets (one engine may report several
-    dp ranks). Counters are keyed without ``_total``."""
-    names = {f"sglang:{g}": g for g in STUB_GAUGES}
-    names |= {f"sglang:{c}_total": c for c in ENGINE_COUNTERS}
-    out: dict[str, float] = {}
-    for name, _, value in families(text, tuple(f"sglang:{n}" for n in (*STUB_GAUGES,
-                                                                         *ENGINE_COUNTERS))):
-        key = names.get(name)
-        if key is not None:
-            out[key] = out.get(key, 0.0) + value
-    return out
+    """Engine gauges and counters by canonical name (evidence/metric_names.py: SGLang's names
+    without the prefix and ``_total``, whichever engine exported them), summed over label
+    sets (one engine may report several dp ranks)."""
+    rows = vocabulary(text)
+    return canonical(rows, families(text, exported_names(rows)))
 
 
 def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:

@@ -75,6 +75,8 @@ class Snapshot:
     log_paths: dict[str, str] = field(default_factory=dict)
     collect_s: float = 0.0
     observed: Observed | None = None
+    # Workers run without ledger and control API: the ground truth has nothing of them.
+    ledgerless: list[str] = field(default_factory=list)
 
     @property
     def workers(self) -> list[str]:
@@ -187,9 +189,11 @@ def fill(snapshot: Snapshot, topology: Topology, results: dict[str, Any],
 
 def empty_snapshot(topology: Topology) -> Snapshot:
     spec = topology.spec
+    workers = [*spec.prefill_names, *spec.decode_names]
     return Snapshot(taken_at=time.time(), prefill=list(spec.prefill_names),
                     decode=list(spec.decode_names), link_names=list(topology.links),
-                    observed=empty_observed(topology))  # fmt: skip
+                    observed=empty_observed(topology),
+                    ledgerless=[w for w in workers if w not in topology.stubs])  # fmt: skip
 
 
 def _read_again(topology: Topology, snapshot: Snapshot, started: float, timeout_s: float,

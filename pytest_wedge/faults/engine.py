@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault, TargetAlias
 from pytest_wedge.faults.registry import register
+from pytest_wedge.stubs.client import StubUnavailable
 from pytest_wedge.stubs.faults import KINDS as STUB_KINDS
 from pytest_wedge.topology.spec import validate_component_name
 
@@ -66,6 +67,14 @@ class EngineFault(Fault):
                 f"{type(self).__name__} does not apply to {self.target}",
                 facts={"applies to": ", ".join(self.roles)},
                 fix=f"target a {' or '.join(self.roles)} worker",
+            )
+        if not topology.spec.stub.ledger:
+            raise StubUnavailable(
+                f"{type(self).__name__} needs {self.target}'s control API, and {self.target} "
+                "runs ledger-less",
+                facts={"worker": self.target, "stub options": "ledger=False (--ledgerless)"},
+                fix="engine faults need a worker with its control API: drop ledger=False, or "
+                "use a fault that needs none (Timeout, Down, Pause, Kill, ...)",
             )
         topology.stub(self.target).add_fault(self.payload())
 

@@ -15,6 +15,9 @@ SLOT_POLICIES = ("released", "released_after_timeout", "leaked")
 # pre_alloc_size rows), or until the request ends (its KV memory stays allocated through the
 # whole generation, as TokenSpeed's req-pool slot does: smg pull request #2463).
 PREALLOC_HOLDS = ("transfer", "request")
+# Which engine the stub impersonates to its router: SGLang (bootstrap rooms, concurrent PD) or
+# vLLM (kv_transfer_params handed from the prefill's answer to the decode; stubs/vllm.py).
+PROTOCOLS = ("sglang", "vllm")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class StubConfig:
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
+    protocol: str = "sglang"
+    # Off: no /ledger and no /control/* (404), so a test knows only the public endpoints.
+    ledgerless: bool = False
 
     @property
     def component(self) -> str:
@@ -119,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
         "room for this long (a no-progress bootstrap deadline; 0: off)",
     )
     p.add_argument("--context-length", type=int, default=32768)
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="sglang",
+        help="the engine protocol to speak: sglang (default) or vllm",
+    )
+    p.add_argument("--ledgerless", action="store_true",
+                   help="switch off the ledger and the control API (/ledger, /control/*): "
+                   "the worker shows only what a real engine shows")  # fmt: skip
     return p
 
 
@@ -129,6 +144,8 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
         parser.error("--max-running must be >= 1 and --max-queue >= 0")
     if ns.prealloc_slots < 0:
         parser.error("--prealloc-slots must be >= 0 (0: twice --max-running)")
+    if ns.protocol == "vllm" and ns.role == "prefill" and not ns.bootstrap_port:
+        parser.error("--protocol vllm needs --bootstrap-port on a prefill: its KV side channel")
     return StubConfig(
         role=ns.role,
         host=ns.host,
@@ -153,4 +170,6 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
         bootstrap_timeout_s=ns.bootstrap_timeout_s,
         bootstrap_no_progress_s=_off_if_zero(ns.bootstrap_no_progress_s),
         context_length=ns.context_length,
+        protocol=ns.protocol,
+        ledgerless=ns.ledgerless,
     )

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from . import decode, prefill
+from . import decode, prefill, vllm, vllm_metrics
 from .config import PREALLOC_HOLDS, SLOT_POLICIES, StubConfig
 from .engine import ENGINE, Engine
 from .exposition import make_registry, render
@@ -113,6 +113,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             default_tokens=cfg.max_tokens_default,
             limit=cfg.context_length,
         )
+        if cfg.protocol == "vllm":
+            info = vllm.apply_kv_params(info, body, cfg.role)
     except (BadRequest, ValueError, ArithmeticError, RecursionError) as exc:
         # Also a count too large for an int (1e400 parses as inf) or nesting deeper than the
         # parser goes: whatever the body makes parsing raise is the client's mistake.
@@ -133,6 +135,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return await send_error(request, err.status, err.message)
     if cfg.role == "decode":
         return await decode.handle(request, engine, request.app[KV], info, err)
+    if cfg.protocol == "vllm":
+        return await vllm.handle_prefill(request, engine, info, err)
     return await prefill.handle(request, engine, info, err)
 
 
@@ -243,7 +247,9 @@ async def admission(request: web.Request) -> web.Response:
 def make_app(engine: Engine) -> web.Application:
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app[ENGINE] = engine
-    app[REGISTRY] = make_registry(engine)
+    cfg = engine.config
+    vllm_like = cfg.protocol == "vllm"
+    app[REGISTRY] = vllm_metrics.make_registry(engine) if vllm_like else make_registry(engine)
     if engine.config.role == "decode":
         kv = decode.KvClient(engine)
         app[KV] = kv
@@ -253,15 +259,26 @@ def make_app(engine: Engine) -> web.Application:
 
         app.on_cleanup.append(close_kv)
     r = app.router
-    r.add_get("/health", health)
-    r.add_get("/v1/models", models)
-    for path in ("/server_info", "/get_server_info"):
-        r.add_get(path, server_info)
-    for path in ("/model_info", "/get_model_info"):
-        r.add_get(path, model_info)
+    if vllm_like:
+        vllm.add_routes(app)
+    else:
+        r.add_get("/health", health)
+        r.add_get("/v1/models", models)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, server_info)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, model_info)
     r.add_get("/metrics", metrics)
     for path in PATHS:
         r.add_post(path, generate)
+    if not cfg.ledgerless:
+        add_control_routes(app)
+    return app
+
+
+def add_control_routes(app: web.Application) -> None:
+    """The ledger and the control API: what only a pytest-wedge stub has."""
+    r = app.router
     r.add_get("/ledger", ledger)
     r.add_get("/control/state", state)
     r.add_get("/control/faults", list_faults)
@@ -270,7 +287,6 @@ def make_app(engine: Engine) -> web.Application:
     r.add_post("/control/reset", reset)
     r.add_post("/control/watchdogs", watchdogs)
     r.add_post("/control/admission", admission)
-    return app
 
 
 async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:
@@ -294,12 +310,14 @@ async def serve(config: StubConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "%s ready: role=%s port=%s bootstrap_port=%s instance=%s",
+        "%s ready: role=%s protocol=%s port=%s bootstrap_port=%s instance=%s%s",
         config.component,
         config.role,
+        config.protocol,
         config.port,
         config.bootstrap_port,
         config.instance_id,
+        " (ledgerless: no /ledger, no /control)" if config.ledgerless else "",
     )
     await stop.wait()
     log.info("%s stopping", config.component)

@@ -79,6 +79,8 @@ def _stub_value(name: str, value: Any) -> Any:
         ok, expected = number and isinstance(value, int), "an integer"
     elif kind is str:
         ok, expected = isinstance(value, str), "a string"
+    elif kind is bool:
+        ok, expected = isinstance(value, bool), "true or false"
     else:  # extra_args: kept as a tuple, so the spec stays hashable
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         expected, value = "a list of strings", tuple(value) if ok else value

@@ -20,6 +20,8 @@ from pytest_wedge.errors import ConfigError
 Role = Literal["router", "prefill", "decode", "toxiproxy"]
 LOOPBACK = "127.0.0.1"
 _COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
+STUB_PROTOCOLS = ("sglang", "vllm")  # the stubs' --protocol choices (stubs/config.py)
+LEDGERLESS_FLAG = "--ledgerless"  # the stubs' flag that switches off ledger and control API
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,20 @@ class StubOptions:
     slot_on_transfer_failure: str = "released"  # or released_after_timeout, leaked
     prealloc_hold: str = "transfer"  # or "request": the slot is held through generation
     bootstrap_no_progress_s: float = 0.0  # a no-progress bootstrap deadline on prefill (0: off)
+    # The engine the stubs impersonate: "sglang" (bootstrap rooms) or "vllm" (kv_transfer_params).
+    protocol: str = "sglang"
+    # False: the stubs run without their ledger and control API, so the plugin knows only
+    # their public endpoints (as with a foreign worker); engine faults are then unavailable.
+    ledger: bool = True
     extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.protocol not in STUB_PROTOCOLS:
+            raise ConfigError(
+                f"Unknown stub protocol {self.protocol!r}",
+                facts={"known": ", ".join(STUB_PROTOCOLS)},
+                fix='pass stub={"protocol": "sglang"} or stub={"protocol": "vllm"}',
+            )
 
     def argv(self) -> list[str]:
         return [
@@ -60,6 +75,9 @@ class StubOptions:
             "--slot-on-transfer-failure", self.slot_on_transfer_failure,
             "--prealloc-hold", self.prealloc_hold,
             "--bootstrap-no-progress-s", str(self.bootstrap_no_progress_s),
+            # Only when not the default: the default command lines (and compose) stay as they are.
+            *(["--protocol", self.protocol] if self.protocol != "sglang" else []),
+            *([] if self.ledger else [LEDGERLESS_FLAG]),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -167,7 +185,8 @@ class ComponentSpec:
 
     @property
     def is_stub(self) -> bool:
-        return "pytest_wedge.stubs" in self.argv
+        """A stub with its control API: a ledger-less one shows only public endpoints."""
+        return "pytest_wedge.stubs" in self.argv and LEDGERLESS_FLAG not in self.argv
 
 
 @dataclass(frozen=True)

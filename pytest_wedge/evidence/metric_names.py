@@ -1,0 +1,82 @@
+"""One vocabulary for engine metrics: each engine's exported names mapped onto the canonical
+quantities the locators read (pure).
+
+The canonical names are SGLang's without the ``sglang:`` prefix and without ``_total``,
+because that is what the locators were written against. A worker is read in the vocabulary
+its ``/metrics`` speaks: ``vllm:`` lines make it a vLLM worker, anything else is read as
+SGLang. Each row is ``(exported sample name, required labels, canonical name)``; samples that
+map onto one canonical name are summed (dp ranks, or two vLLM counters for one quantity).
+
+vLLM has no gauge for a prefill's KV held for a decode, none for a decode's preallocation
+queue on its own, no separate bootstrap (handshake) failure counter on a decode and no
+generation-throughput gauge; those canonical names are simply absent for a vLLM worker (see
+``VLLM_MISSING``), and the locators read an absent gauge as "not shown".
+"""
+
+from __future__ import annotations
+
+Row = tuple[str, tuple[tuple[str, str], ...], str]
+
+GAUGES = (
+    "gen_throughput",
+    "num_running_reqs",
+    "num_queue_reqs",
+    "num_prefill_prealloc_queue_reqs",
+    "num_prefill_inflight_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+)
+COUNTERS = (
+    "num_requests",
+    "generation_tokens",
+    "prompt_tokens",
+    "num_aborted_requests",
+    "num_bootstrap_failed_reqs",
+    "num_transfer_failed_reqs",
+)
+
+SGLANG: tuple[Row, ...] = (
+    *((f"sglang:{g}", (), g) for g in GAUGES),
+    *((f"sglang:{c}_total", (), c) for c in COUNTERS),
+)
+
+_ABORT = (("finished_reason", "abort"),)
+VLLM: tuple[Row, ...] = (
+    ("vllm:num_requests_running", (), "num_running_reqs"),
+    # Waiting for a running slot or KV memory: SGLang's waiting queue.
+    ("vllm:num_requests_waiting_by_reason", (("reason", "capacity"),), "num_queue_reqs"),
+    # Skipped by the scheduler: on a PD decode, WAITING_FOR_REMOTE_KVS (the transfer queue).
+    ("vllm:num_requests_waiting_by_reason", (("reason", "deferred"),),
+     "num_decode_transfer_queue_reqs"),
+    ("vllm:generation_tokens_total", (), "generation_tokens"),
+    ("vllm:prompt_tokens_total", (), "prompt_tokens"),
+    ("vllm:request_success_total", _ABORT, "num_aborted_requests"),
+    ("vllm:nixl_num_failed_transfers_total", (), "num_transfer_failed_reqs"),
+    # A prefill's KV that no decode came for before the deadline: SGLang's bootstrap failure.
+    ("vllm:nixl_num_kv_expired_reqs_total", (), "num_bootstrap_failed_reqs"),
+)  # fmt: skip
+# vLLM counts requests when they finish (request_success), SGLang when they arrive.
+VLLM_MISSING = ("gen_throughput", "num_prefill_prealloc_queue_reqs",
+                "num_prefill_inflight_queue_reqs", "num_decode_prealloc_queue_reqs",
+                "num_requests")  # fmt: skip
+
+
+def vocabulary(text: str) -> tuple[Row, ...]:
+    """The rows to read ``text`` with: vLLM's when it has ``vllm:`` samples, else SGLang's."""
+    return VLLM if "\nvllm:" in text or text.startswith("vllm:") else SGLANG
+
+
+def exported_names(rows: tuple[Row, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name for name, _, _ in rows))
+
+
+def canonical(
+    rows: tuple[Row, ...], samples: list[tuple[str, dict[str, str], float]]
+) -> dict[str, float]:
+    """Sum ``samples`` (name, labels, value) into canonical names by ``rows``."""
+    out: dict[str, float] = {}
+    for name, labels, value in samples:
+        for exported, required, key in rows:
+            if name == exported and all(labels.get(k) == v for k, v in required):
+                out[key] = out.get(key, 0.0) + value
+    return out
