@@ -29,3 +29,87 @@ def test_sglang_router_runs_from_its_isolated_venv_and_origin_survives_by_header
     decode = wedge.worker_ledgers()["decode-0"]["entries"]
     harness = [e for e in decode if e["origin"] == "harness"]
     assert len(harness) == 5, [e["origin"] for e in decode]
+
+
+def _run_catalog_scenario(wedge_factory, name: str, **router_kwargs):
+    """Run the catalog's ``name`` on a topology of the same shape, with ``router_kwargs``."""
+    from pytest_wedge.scenarios import catalog
+    from pytest_wedge.scenarios.run import run_scenario
+
+    scenario = next(s for s in catalog() if s.name == name)
+    spec = scenario.spec
+    wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode, stub=spec.stub,
+                          router_args=list(spec.router_args), **router_kwargs)  # fmt: skip
+    result = run_scenario(wedge, scenario)
+    assert result.diagnosis is not None and result.check is not None
+    return wedge, result
+
+
+SMG_TEMPLATE = (
+    "{smg} launch --host {{host}} --port {{port}} --pd-disaggregation "
+    "--prefill {{prefill_url[0]}} {{bootstrap_port[0]}} --decode {{decode_url[0]}} "
+    "--prometheus-host {{host}} --prometheus-port {{metrics_port}}"
+)
+
+
+def test_command_router_from_a_user_template_is_located_and_cleared_like_the_built_in(
+    wedge_factory,
+):
+    from pytest_wedge.topology.tools import smg_path
+
+    smg = smg_path()
+    assert smg is not None
+    template = SMG_TEMPLATE.format(smg=smg)
+    wedge, result = _run_catalog_scenario(
+        wedge_factory, "half-open-decode-stream", router={"kind": "command", "command": template}
+    )
+    argv = wedge.topology.components["router"].argv
+    # The user's template, not the adapter's launch line: rendered with the links' ports.
+    assert argv[:2] == (smg, "launch") and "{" not in " ".join(argv)
+    assert argv[argv.index("--decode") + 1] == f"http://{wedge.topology.links['router->decode-0'].listen}"
+    assert result.diagnosis.location == "decode-0"
+    assert result.check.time_to_clear_s is not None and result.check.time_to_clear_s <= 3.5
+
+
+def test_url_router_started_by_the_test_is_located_and_cleared_like_the_built_in(
+    wedge_factory, tmp_path
+):
+    """The test runs its own smg; the plugin only puts proxies around it and its workers."""
+    import subprocess
+
+    from pytest_wedge.topology.ports import PortAllocator
+    from pytest_wedge.topology.tools import smg_path
+
+    smg = smg_path()
+    assert smg is not None
+    allocator = PortAllocator()
+    port, metrics, prefill_link, decode_link, bootstrap = allocator.take(5)
+    flags = ["--request-timeout-secs", "2", "--stream-body-stall-timeout-secs", "1",
+             # Its workers come up after it: without this smg re-checks them only every 30 s.
+             "--worker-startup-check-interval", "1"]  # fmt: skip
+    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--pd-disaggregation",
+            "--prefill", f"http://127.0.0.1:{prefill_link}", str(bootstrap),
+            "--decode", f"http://127.0.0.1:{decode_link}",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics), *flags]  # fmt: skip
+    with open(tmp_path / "router.log", "wb") as log:
+        router = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wedge, result = _run_catalog_scenario(
+            wedge_factory,
+            "half-open-decode-stream",
+            router={"kind": "url", "url": f"http://127.0.0.1:{port}",
+                    "metrics_url": f"http://127.0.0.1:{metrics}/metrics",
+                    "prefill_listen": [prefill_link], "decode_listen": [decode_link],
+                    "bootstrap_ports": [bootstrap]},
+        )  # fmt: skip
+        # Not ours: no router component to start, stop or restart...
+        assert "router" not in wedge.topology.components
+        # ...but its traffic crosses the links: client->router in front, the workers behind.
+        assert wedge.topology.links["router->decode-0"].listen_port == decode_link
+        assert result.diagnosis.location == "decode-0"
+        assert result.check.time_to_clear_s is not None and result.check.time_to_clear_s <= 3.5
+        assert router.poll() is None  # the plugin left it alone
+    finally:
+        router.terminate()
+        router.wait(10)
+        allocator.close()
