@@ -118,7 +118,7 @@ def _create(package: str, version: str, path: Path) -> None:
         [sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
          "--quiet", f"{package}=={version}"],
     ]  # fmt: skip
-    with open(log, "w") as out:
+    with open(log, "a") as out:  # appended: a second creation would show in it
         for argv in steps:
             out.write("$ " + " ".join(argv) + "\n")
             out.flush()
