@@ -97,8 +97,11 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
+        from pytest_wedge.glue.state import plugin_of
+        from pytest_wedge.scenarios.per_router import for_router
         from pytest_wedge.scenarios.run import run_scenario
 
+        self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime
         with bring_up(self.config, describe_bring_up(self.config, spec.prefill,
                                                      spec.decode, runtime)):  # fmt: skip

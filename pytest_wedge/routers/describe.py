@@ -124,3 +124,21 @@ def describe_kind(name: str) -> str:
     env = ready_env(kind.package, kind.version)
     where = f"isolated venv {env.path}" if env else "isolated venv, made on first use"
     return f"{name} {kind.version} ({where})"
+
+
+def unproxied(router: RouterSpec) -> list[str]:
+    """Traffic of this router kind that does not cross a Toxiproxy link, so no fault reaches it."""
+    lines = list(adapter(router.dialect).unproxied)
+    if router.kind == "url":
+        lines.append(
+            "the router's own process: it is not started by pytest-wedge, so Pause, Kill and "
+            "Restart of `router` and a router restart between tests are not available"
+        )
+    return lines
+
+
+def describe_lines(topology: DescribedTopology) -> list[str]:
+    """The components, one line each, then what cannot be proxied: for headers and reports."""
+    lines = [d.line() for d in describe_components(topology)]
+    lines += [f"not through Toxiproxy: {line}" for line in unproxied(topology.spec.router)]
+    return lines

@@ -21,7 +21,7 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
-from pytest_wedge.routers.describe import router_metric_names
+from pytest_wedge.routers.describe import describe_lines, router_metric_names
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
 from pytest_wedge.topology.ports import PortAllocator, check_free
@@ -183,6 +183,10 @@ class Topology:
     def router_metrics(self, timeout_s: float = 2.0) -> str:
         """The router's Prometheus text (raises httpx.HTTPError when it does not answer)."""
         return self.http.get(self.router_metrics_url, timeout=timeout_s).text
+
+    def describe(self) -> list[str]:
+        """Each component's kind, binary, version and start, then the unproxied traffic."""
+        return describe_lines(self)
 
     def pd_pair(self, decode: str) -> list[str]:
         """The components a co-restart of ``decode``'s PD pair restarts."""

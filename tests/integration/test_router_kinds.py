@@ -113,3 +113,61 @@ def test_url_router_started_by_the_test_is_located_and_cleared_like_the_built_in
         router.terminate()
         router.wait(10)
         allocator.close()
+
+
+def _stream_past_the_cap(wedge) -> tuple[list[str], str | None]:
+    """One 40-token stream at 75 ms a token (3 s) under a 2 s request timeout: its lines, and
+    the error that ended it (None: it ended cleanly)."""
+    import httpx
+
+    body = {"model": "stub-model", "stream": True, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "a long one"}]}  # fmt: skip
+    lines: list[str] = []
+    try:
+        with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=15,
+                          headers={"x-request-id-origin": "probe"}) as response:  # fmt: skip
+            assert response.status_code == 200
+            for line in response.iter_lines():  # one by one: keep what came before a cut
+                if line:
+                    lines.append(line)
+    except httpx.RemoteProtocolError as exc:
+        return lines, type(exc).__name__
+    return lines, None
+
+
+@pytest.mark.wedge(router="sglang-router", router_args=["--request-timeout-secs", "2"],
+                   stub={"itl_ms": 75.0})  # fmt: skip
+def test_sglang_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_counter(wedge):
+    """Cited by fixtures/*.toml [routers.sglang-router]: the cut is a truncated chunked body
+    (no error frame, no [DONE]) and no timeout is counted, so RequestTimeout's firing is not
+    observable through the router's metrics (routers.md A4, A5)."""
+    lines, error = _stream_past_the_cap(wedge)
+    assert error == "RemoteProtocolError", lines[-3:]  # the chunked body never ended
+    assert 0 < len(lines) < 40 and "data: [DONE]" not in lines
+    assert not any('"error"' in line for line in lines), lines[-2:]
+    metrics = wedge.topology.router_metrics()
+    assert 'error_type="timeout"' not in metrics
+    assert "smg_worker_retries_exhausted_total{" not in metrics
+
+
+@pytest.mark.wedge(router_args=["--request-timeout-secs", "2"], stub={"itl_ms": 75.0})
+def test_smg_ends_a_stream_at_the_timeout_with_an_error_frame_and_a_timeout_counter(wedge):
+    """The contrast: smg 1.13 sends an error frame and [DONE], and counts the timeout."""
+    lines, error = _stream_past_the_cap(wedge)
+    assert error is None and lines[-1] == "data: [DONE]"
+    assert "stream_error" in lines[-2]
+    assert 'error_type="timeout"' in wedge.topology.router_metrics()
+
+
+def test_sglang_router_has_no_stream_body_stall_flag() -> None:
+    """Cited by half-open-decode-stream: smg's --stream-body-stall-timeout-secs does not exist
+    in sglang-router 0.3.2, so neither the flag nor its watchdog can be armed there."""
+    import subprocess
+
+    from pytest_wedge.routers.envs import ensure_env
+
+    env = ensure_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version)
+    shown = subprocess.run([env.script("sglang-router"), "launch", "--help"], capture_output=True,
+                           text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert "--request-timeout-secs" in shown
+    assert "--stream-body-stall-timeout-secs" not in shown
