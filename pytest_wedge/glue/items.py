@@ -106,7 +106,13 @@ class ScenarioItem(pytest.Item):
         with bring_up(self.config, describe_bring_up(self.config, spec.prefill,
                                                      spec.decode, runtime)):  # fmt: skip
             handle = open_handle(self, spec, runtime)
+        self.user_properties.append(("wedge_router", spec.router.describe()))
         result = run_scenario(handle, self.scenario)
+        if result.diagnosis is not None:  # JUnit XML properties for `make matrix`
+            self.user_properties.append(("wedge_located_at", result.diagnosis.location))
+        if result.check is not None:
+            fired = [r["watchdog"] for r in result.check.watchdog_rows if r.get("fired")]
+            self.user_properties.append(("wedge_cleared_by", "; ".join(fired) or "-"))
         if result.check is not None and result.check.time_to_clear_s is not None:
             # A JUnit XML property: CI (and `make soak`) can track it across runs.
             self.user_properties.append(

@@ -171,3 +171,15 @@ def test_sglang_router_has_no_stream_body_stall_flag() -> None:
                            text=True, timeout=60, check=True).stdout  # fmt: skip
     assert "--request-timeout-secs" in shown
     assert "--stream-body-stall-timeout-secs" not in shown
+
+
+@pytest.mark.wedge(router="vllm-router")
+def test_vllm_router_waits_for_its_workers_then_serves_sglang_stubs_with_origin_in_the_body(wedge):
+    """vllm-router 0.1.17 opens its port only once every worker is healthy (the topology
+    starts it after them); with SGLang-protocol stubs it serves traffic, the origin surviving
+    only in the body `user` (routers.md B2, B7). The vLLM-protocol stubs are the next step."""
+    argv = wedge.topology.components["router"].argv
+    assert "--vllm-pd-disaggregation" in argv and argv[0].endswith("/bin/vllm-router")
+    _ok_harness(wedge)
+    decode = wedge.worker_ledgers()["decode-0"]["entries"]
+    assert [e["origin"] for e in decode if e["origin"] == "harness"] == ["harness"] * 5
