@@ -41,7 +41,9 @@ def header_lines(config: pytest.Config) -> list[str]:
         from pytest_wedge.routers.describe import describe_kind
 
         router = describe_kind(kind)
-    lines = [f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)"]
+    lines = [f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)",
+             f"wedge: workers: pytest-wedge {package_version('pytest-wedge') or '?'} stubs "
+             f"(python -m pytest_wedge.stubs; sglang protocol unless a topology names vllm)"]
     try:
         found = plugin.toxiproxy()
     except WedgeError as exc:
