@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios test lint docs bench soak stress docker-up docker-down clean
+.PHONY: install system-deps scenarios matrix test lint docs bench soak stress docker-up docker-down clean
 
 install: $(VENV)/.installed $(TOXIPROXY)
 
@@ -36,6 +36,13 @@ $(TOXIPROXY): | $(VENV)/.installed
 scenarios: install
 	$(BIN)/python -m pytest --wedge-scenarios -q $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no scenario ran"; exit 1; fi; exit $$rc
+
+# The catalog on every router kind (smg, sglang-router, vllm-router; each pinned router in its
+# own cached venv, made on first use): one table, printed and saved as matrix.md and
+# matrix.json under .wedge-artifacts/matrix/, and its wall time (matrix_wall_s).
+MATRIX_ARGS ?= -n 2
+matrix: install
+	$(BIN)/python -m bench.matrix -- $(MATRIX_ARGS)
 
 # The test suite, with a private dockerd for the docker-runtime tests (started and stopped
 # here; WEDGE_DOCKER=0 skips Docker). pytest's exit 5 (nothing collected) is a failure.

@@ -111,6 +111,12 @@ _ROWS = (
         "firing of the `StreamBodyStallTimeout` watchdog.",
     ),
     MetricMeaning(
+        "smg_http_connections_active", "router", "gauge", (),
+        "Client HTTP connections the router holds open.",
+        "sglang-router 0.3.2's only in-flight signal (its per-worker in-flight gauge stays 0): "
+        "its adapter names it as the router's in-flight metric.",
+    ),
+    MetricMeaning(
         "smg_admission_inflight", "router", "gauge", (),
         "Requests admitted by the router's HTTP admission and not finished; the router's only "
         "queue-depth gauge.",

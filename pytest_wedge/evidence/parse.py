@@ -79,7 +79,10 @@ def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
                                   "error_type": labels.get("error_type", ""), "value": value})
         elif name == "smg_http_responses_total" and labels.get("path") not in _PROBE_PATHS:
             status = labels.get("status_code", "?")
-            out["responses"][status] = out["responses"].get(status, 0.0) + value
+            if "path" in labels:
+                # Without a path label (sglang-router 0.3.2) probe answers cannot be told
+                # from answers to our requests, so none of them counts as answered.
+                out["responses"][status] = out["responses"].get(status, 0.0) + value
             code = labels.get("error_code") or ""
             if code and status.startswith(("4", "5")):
                 key = f"{status} {code}"

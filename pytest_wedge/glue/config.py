@@ -82,6 +82,14 @@ SETTINGS: dict[str, Setting] = {
             choices=("process", "docker"),
         ),
         Setting(
+            "wedge_router",
+            "The router kind of every topology that does not name another: 'smg' (default), "
+            "'sglang-router' or 'vllm-router' (each pinned, in its own cached venv).",
+            "smg",
+            env="PYTEST_WEDGE_ROUTER",
+            choices=("smg", "sglang-router", "vllm-router"),
+        ),
+        Setting(
             "wedge_toxiproxy",
             "Path of the toxiproxy-server binary (an ini value is relative to the ini file; "
             "default: the venv's bin/, the rootdir's bin/, $GOBIN, then PATH).",

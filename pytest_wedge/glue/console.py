@@ -32,10 +32,18 @@ def header_lines(config: pytest.Config) -> list[str]:
         return []
     runtime = plugin.settings["wedge_runtime"]
     artifacts = Path(plugin.value("wedge_artifacts")).absolute()
-    smg = smg_path()
-    router = (f"smg {package_version('smg') or '(version unknown)'} at {smg}" if smg
-              else "smg not found (pip install 'smg>=1.13,<1.14')")  # fmt: skip
-    lines = [f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)"]
+    kind = plugin.value("wedge_router")
+    if kind == "smg":
+        smg = smg_path()
+        router = (f"smg {package_version('smg') or '(version unknown)'} at {smg}" if smg
+                  else "smg not found (pip install 'smg>=1.13,<1.14')")  # fmt: skip
+    else:
+        from pytest_wedge.routers.describe import describe_kind
+
+        router = describe_kind(kind)
+    lines = [f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)",
+             f"wedge: workers: pytest-wedge {package_version('pytest-wedge') or '?'} stubs "
+             f"(python -m pytest_wedge.stubs; sglang protocol unless a topology names vllm)"]
     try:
         found = plugin.toxiproxy()
     except WedgeError as exc:

@@ -97,13 +97,22 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
+        from pytest_wedge.glue.state import plugin_of
+        from pytest_wedge.scenarios.per_router import for_router
         from pytest_wedge.scenarios.run import run_scenario
 
+        self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime
         with bring_up(self.config, describe_bring_up(self.config, spec.prefill,
                                                      spec.decode, runtime)):  # fmt: skip
             handle = open_handle(self, spec, runtime)
+        self.user_properties.append(("wedge_router", spec.router.describe()))
         result = run_scenario(handle, self.scenario)
+        if result.diagnosis is not None:  # JUnit XML properties for `make matrix`
+            self.user_properties.append(("wedge_located_at", result.diagnosis.location))
+        if result.check is not None:
+            fired = [r["watchdog"] for r in result.check.watchdog_rows if r.get("fired")]
+            self.user_properties.append(("wedge_cleared_by", "; ".join(fired) or "-"))
         if result.check is not None and result.check.time_to_clear_s is not None:
             # A JUnit XML property: CI (and `make soak`) can track it across runs.
             self.user_properties.append(

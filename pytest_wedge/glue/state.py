@@ -165,6 +165,7 @@ def marker_args(item: pytest.Item, args: Sequence[Any], kwargs: Mapping[str, Any
 def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
     """A fresh handle onto the session's topology for ``spec``, closed with ``item``."""
     plugin = plugin_of(item.config)
+    spec = with_default_router(spec, plugin.value("wedge_router"))
     with plain_errors(item.config):
         topology = plugin.session(runtime).topology(spec)
         topology.reset()
@@ -175,6 +176,17 @@ def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> W
     handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
     item.stash.setdefault(HANDLES_KEY, []).append(handle)
     return handle
+
+
+def with_default_router(spec: TopologySpec, kind: str) -> TopologySpec:
+    """``spec`` on the ``--wedge-router`` kind, when it runs the default router (smg)."""
+    import dataclasses
+
+    from pytest_wedge.routers.kinds import RouterSpec
+
+    if spec.router != RouterSpec() or kind == "smg":
+        return spec
+    return dataclasses.replace(spec, router=RouterSpec(kind=kind))
 
 
 def close_handles(item: pytest.Item) -> None:

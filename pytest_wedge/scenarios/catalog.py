@@ -20,6 +20,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault
 from pytest_wedge.faults.registry import FAULT_REGISTRY
 from pytest_wedge.load import Aborter, Harness, StrayRequester
+from pytest_wedge.scenarios.per_router import read_overrides
 from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
 from pytest_wedge.topology.keywords import parse_keywords
 from pytest_wedge.topology.spec import TopologySpec
@@ -39,7 +40,11 @@ from pytest_wedge.watchdogs import (
 
 def _catalog_dir() -> Path:
     # Installed, the catalog is the package pytest_wedge.fixtures; in an editable install that
-    # name maps onto the project's top-level fixtures/ directory.
+    # name maps onto the project's top-level fixtures/ directory. A source checkout on
+    # PYTHONPATH uses its own fixtures/, beside its own code.
+    beside = Path(__file__).resolve().parents[2]
+    if (beside / "pyproject.toml").is_file() and (beside / "fixtures" / "__init__.py").is_file():
+        return beside / "fixtures"
     spec = importlib.util.find_spec("pytest_wedge.fixtures")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
@@ -185,6 +190,7 @@ def load_scenario(path: Path) -> Scenario:
         "faults",
         "watchdogs",
         "expect",
+        "routers",
     )
     name = top.take("name", str)
     summary = top.take("summary", str)
@@ -231,10 +237,8 @@ def load_scenario(path: Path) -> Scenario:
                 fault.target,
             )
         scheduled.append(ScheduledFault(fault, at_s, for_s))
-    armed = []
-    for reader in top.entries("watchdogs"):
-        expect_fire = reader.take("expect_fire", bool, True)
-        armed.append(ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire))
+    armed = [_armed(reader) for reader in top.entries("watchdogs")]
+    per_router = read_overrides(top, _armed)
     exp = top.sub("expect", required=True).only(*(f.name for f in fields(Expect)))
     expect = Expect(
         located_at=exp.take("located_at", str),
@@ -274,7 +278,13 @@ def load_scenario(path: Path) -> Scenario:
         warmup,
         timeout_s,
         incident,
+        {"routers": per_router},
     )
+
+
+def _armed(reader: TableReader) -> ArmedWatchdog:
+    expect_fire = reader.take("expect_fire", bool, True)
+    return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire)
 
 
 def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.kinds import RouterSpec
+from pytest_wedge.routers.template import split_template
 from pytest_wedge.topology.spec import StubOptions, TopologySpec
 
 
@@ -28,6 +30,8 @@ def wedge(
     router_args: Sequence[str] = (),
     stub: StubOptions | Mapping[str, Any] | None = None,
     runtime: str | None = None,
+    router: str | RouterSpec | Mapping[str, Any] | None = None,
+    worker_protocol: str = "sglang",
 ) -> MarkerArgs:
     """``@pytest.mark.wedge(prefill=1, decode=1, router_args=[...], stub={...}, runtime=...)``
 
@@ -35,6 +39,10 @@ def wedge(
     - ``router_args``: extra ``smg launch`` flags, e.g. ``["--request-timeout-secs", "2"]``.
     - ``stub``: :class:`StubOptions` or a dict of its fields (``itl_ms``, ``max_running``, ...).
     - ``runtime``: ``"process"`` or ``"docker"`` for this test only.
+    - ``router``: ``"smg"`` (default; ``--wedge-router`` changes it), ``"sglang-router"``,
+      ``"vllm-router"``, or a dict ``{"kind": "command", "command": [...]}`` /
+      ``{"kind": "url", "url": ..., ...}`` (the fields of :class:`RouterSpec`).
+    - ``worker_protocol``: ``"sglang"`` (default) or ``"vllm"``, the stubs' personality.
     """
     if isinstance(router_args, str) or not all(isinstance(a, str) for a in router_args):
         raise ConfigError(
@@ -64,8 +72,40 @@ def wedge(
             raise ConfigError(f"{name} must be an integer", facts={"got": repr(value)},
                               fix=f"write {name}=1")  # fmt: skip
     spec = TopologySpec(prefill=prefill, decode=decode, router_args=tuple(router_args),
-                        stub=options)  # fmt: skip
+                        stub=options, router=router_spec(router),
+                        worker_protocol=worker_protocol)  # fmt: skip
     return MarkerArgs(spec=spec, runtime=runtime)
+
+
+def router_spec(router: str | RouterSpec | Mapping[str, Any] | None) -> RouterSpec:
+    """``router=`` as a kind name, a dict of RouterSpec fields, or a RouterSpec."""
+    if router is None:
+        return RouterSpec()
+    if isinstance(router, RouterSpec):
+        return router
+    if isinstance(router, str):
+        return RouterSpec(kind=router)
+    if not isinstance(router, Mapping):
+        raise ConfigError(
+            "router must be a kind name or a dict",
+            facts={"got": repr(router)},
+            fix="write router='sglang-router' or router={'kind': 'command', ...}",
+        )
+    known = {f.name for f in fields(RouterSpec)}
+    unknown = sorted(set(router) - known)
+    if unknown:
+        raise ConfigError(
+            f"Unknown router setting(s): {', '.join(unknown)}",
+            facts={"known": ", ".join(sorted(known))},
+            fix="use only the fields of pytest_wedge.routers.kinds.RouterSpec",
+        )
+    values = dict(router)
+    if "command" in values:
+        values["command"] = split_template(values["command"])
+    for name in ("prefill_listen", "decode_listen", "bootstrap_ports"):
+        if name in values:
+            values[name] = tuple(int(v) for v in values[name])
+    return RouterSpec(**values)
 
 
 def _stub_value(name: str, value: Any) -> Any:

@@ -21,9 +21,16 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
+from pytest_wedge.routers.describe import describe_lines, router_metric_names
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
 from pytest_wedge.topology.ports import PortAllocator, check_free
+from pytest_wedge.topology.router_start import (
+    url_router_listen,
+    url_router_plan,
+    wait_url_router,
+    with_router_executable,
+)
 from pytest_wedge.topology.spec import (
     LOOPBACK,
     ComponentSpec,
@@ -96,20 +103,26 @@ class Topology:
         count = len(spec.component_names) + spec.prefill + 1
         taken = self._allocator.take(count)
         it = iter(taken)
-        self.plan = PortPlan(
+        self.plan = url_router_plan(spec, PortPlan(
             http={name: next(it) for name in spec.component_names},
             bootstrap={p: next(it) for p in spec.prefill_names},
             router_metrics=next(it),
-        )
+        ))  # fmt: skip
         try:
-            check_free({f"{n} http": p for n, p in self.plan.http.items()}
+            check_free({f"{n} http": p for n, p in self.plan.http.items()
+                        if n != "router" or spec.router.managed}
                        | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()}
-                       | {"router metrics": self.plan.router_metrics})  # fmt: skip
+                       | ({"router metrics": self.plan.router_metrics}
+                          if spec.router.managed else {}))  # fmt: skip
+            self.exe = with_router_executable(spec.router, self.exe)
             # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
+            fixed = url_router_listen(spec)
             ports = self.toxiproxy.populate(
-                [{"name": proxy, "upstream": link.upstream} for proxy, link in links.items()]
-            )
+                [{"name": proxy, "upstream": link.upstream,
+                  **({"listen": fixed[link.name]} if link.name in fixed else {})}
+                 for proxy, link in links.items()]
+            )  # fmt: skip
             for proxy, link in links.items():
                 self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
@@ -125,9 +138,13 @@ class Topology:
             # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
             wait_ready(self.runtime, workers, timeout_s=self.ready_timeout_s)
-            router = self.components["router"]
-            self.runtime.start(router)
-            wait_ready(self.runtime, [router], timeout_s=max(1.0, deadline - time.monotonic()))
+            remaining = max(1.0, deadline - time.monotonic())
+            if spec.router.managed:
+                router = self.components["router"]
+                self.runtime.start(router)
+                wait_ready(self.runtime, [router], timeout_s=remaining)
+            else:
+                wait_url_router(self.http, spec.router, self.router_url, remaining)
         except BaseException:
             self.close()
             raise
@@ -167,6 +184,10 @@ class Topology:
         """The router's Prometheus text (raises httpx.HTTPError when it does not answer)."""
         return self.http.get(self.router_metrics_url, timeout=timeout_s).text
 
+    def describe(self) -> list[str]:
+        """Each component's kind, binary, version and start, then the unproxied traffic."""
+        return describe_lines(self)
+
     def pd_pair(self, decode: str) -> list[str]:
         """The components a co-restart of ``decode``'s PD pair restarts."""
         return [*self.spec.prefill_names, decode]
@@ -183,7 +204,7 @@ class Topology:
                 self.runtime.resume(name)
         broken = [n for n in self.components if self.runtime.state(n) != "running"]
         self.toxiproxy.reset()
-        if "router" not in broken and not self._router_is_clean():
+        if "router" not in broken and self.spec.router.managed and not self._router_is_clean():
             broken.append("router")
         if broken:
             self.restart(*broken)
@@ -201,7 +222,8 @@ class Topology:
             metrics = self.router_metrics()
         except httpx.HTTPError:
             return False
-        breakers_open = any(value != 0 for _, value in samples(metrics, "smg_worker_cb_state"))
+        breaker = router_metric_names(self.spec.router).breaker
+        breakers_open = breaker is not None and any(v != 0 for _, v in samples(metrics, breaker))
         return ready.status_code == 200 and not breakers_open
 
     def restart(self, *names: str, timeout_s: float | None = None) -> float:

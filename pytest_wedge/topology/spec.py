@@ -12,10 +12,13 @@ rendered in a second step, once those ports are known: ``plan_links`` -> create 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.adapters import adapter
+from pytest_wedge.routers.kinds import RouterSpec, check_worker_protocol
+from pytest_wedge.routers.template import TemplateValues, render_template
 
 Role = Literal["router", "prefill", "decode", "toxiproxy"]
 LOOPBACK = "127.0.0.1"
@@ -90,8 +93,37 @@ class TopologySpec:
     decode: int = 1
     router_args: tuple[str, ...] = ()
     stub: StubOptions = field(default_factory=StubOptions)
+    router: RouterSpec = field(default_factory=RouterSpec)
+    # The workers' personality: "vllm" launches the stubs with ``--protocol vllm`` (the
+    # vLLM-protocol stubs vllm-router needs); "sglang" is the stubs' default.
+    worker_protocol: str = "sglang"
 
     def __post_init__(self) -> None:
+        check_worker_protocol(self.worker_protocol)
+        # Two spellings of one choice: ``worker_protocol`` (the router kinds') and
+        # ``stub={"protocol": ...}`` (the stubs'). Either sets both; a contradiction is an error.
+        stub = self.stub.protocol
+        if stub != self.worker_protocol and "sglang" not in (stub, self.worker_protocol):
+            raise ConfigError(
+                "The workers' protocol is given twice, differently",
+                facts={"worker_protocol": self.worker_protocol, "stub protocol": stub},
+                fix="set one of worker_protocol= or stub={'protocol': ...}",
+            )
+        chosen = stub if stub != "sglang" else self.worker_protocol
+        object.__setattr__(self, "worker_protocol", chosen)
+        object.__setattr__(self, "stub", replace(self.stub, protocol=chosen))
+        url = self.router
+        if url.kind == "url" and (len(url.prefill_listen), len(url.decode_listen),
+                                  len(url.bootstrap_ports)) != (self.prefill, self.decode,
+                                                                self.prefill):  # fmt: skip
+            raise ConfigError(
+                "A url router needs one listen port per worker it was started with",
+                facts={"prefill": self.prefill, "decode": self.decode,
+                       "prefill_listen": url.prefill_listen, "decode_listen": url.decode_listen,
+                       "bootstrap_ports": url.bootstrap_ports},
+                fix="pass prefill_listen, bootstrap_ports (one per prefill) and decode_listen "
+                "(one per decode): the ports your router sends to",
+            )  # fmt: skip
         if self.prefill < 1 or self.decode < 1:
             raise ConfigError(
                 "A PD topology needs at least one prefill and one decode worker",
@@ -197,6 +229,7 @@ class Executables:
     python: str
     smg: str
     toxiproxy: str
+    router: str | None = None  # the router kind's own binary (an isolated venv's), else smg
 
 
 def render_components(
@@ -218,7 +251,8 @@ def render_components(
                 argv=(
                     exe.python, "-m", "pytest_wedge.stubs", "--role", "prefill",
                     "--name", p, "--host", LOOPBACK, "--port", str(ports.http[p]),
-                    "--bootstrap-port", str(ports.bootstrap[p]), *spec.stub.argv(),
+                    "--bootstrap-port", str(ports.bootstrap[p]),
+                    *spec.stub.argv(),
                 ),
                 ready_url=f"http://{LOOPBACK}:{ports.http[p]}/health",
                 ports=(ports.http[p], ports.bootstrap[p]),
@@ -246,31 +280,40 @@ def render_components(
                 ports=(ports.http[d],),
             )
         )  # fmt: skip
-    router = [
-        exe.smg, "launch", "--host", LOOPBACK, "--port", str(ports.http["router"]),
-        "--pd-disaggregation",
-        "--prometheus-host", LOOPBACK, "--prometheus-port", str(ports.router_metrics),
-    ]  # fmt: skip
-    for p in spec.prefill_names:
-        router += [
-            "--prefill",
-            f"http://{LOOPBACK}:{listen[f'router->{p}']}",
-            str(ports.bootstrap[p]),
-        ]
-    for d in spec.decode_names:
-        router += ["--decode", f"http://{LOOPBACK}:{listen[f'router->{d}']}"]
-    router += list(spec.router_args)
-    components.append(
-        ComponentSpec(
-            name="router",
-            role="router",
-            argv=tuple(router),
-            # Readiness, not liveness: 200 only once a healthy prefill and decode are registered.
-            ready_url=f"http://{LOOPBACK}:{ports.http['router']}/readiness",
-            ports=(ports.http["router"], ports.router_metrics),
-        )
-    )
+    router = _router_component(spec, ports, listen, exe)
+    if router is not None:
+        components.append(router)
     return components
+
+
+def _router_component(
+    spec: TopologySpec, ports: PortPlan, listen: dict[str, int], exe: Executables
+) -> ComponentSpec | None:
+    """The router's command line from its adapter or the user's template; None for ``url``."""
+    kind = spec.router
+    if not kind.managed:
+        return None
+    host, port = LOOPBACK, ports.http["router"]
+    prefill_urls = [f"http://{LOOPBACK}:{listen[f'router->{p}']}" for p in spec.prefill_names]
+    decode_urls = [f"http://{LOOPBACK}:{listen[f'router->{d}']}" for d in spec.decode_names]
+    bootstraps = [ports.bootstrap[p] for p in spec.prefill_names]
+    if kind.kind == "command":
+        values = TemplateValues(host, port, ports.router_metrics, tuple(prefill_urls),
+                                tuple(decode_urls), tuple(bootstraps), exe.python)  # fmt: skip
+        argv = [*render_template(kind.command, values), *spec.router_args]
+    else:
+        argv = adapter(kind.kind).argv(exe.router or exe.smg, host, port, ports.router_metrics,
+                                       list(zip(prefill_urls, bootstraps, strict=True)),
+                                       decode_urls, spec.router_args)  # fmt: skip
+    ready_path = kind.ready_path or adapter(kind.dialect).ready_path
+    return ComponentSpec(
+        name="router",
+        role="router",
+        argv=tuple(argv),
+        # Readiness, not liveness: 200 only once a healthy prefill and decode are registered.
+        ready_url=f"http://{LOOPBACK}:{port}{ready_path}",
+        ports=(port, ports.router_metrics),
+    )
 
 
 def validate_component_name(name: str, spec: TopologySpec) -> None:

@@ -1,0 +1,98 @@
+"""Which router a topology runs: ``RouterSpec``, pure data (hashable, no I/O).
+
+- a built-in kind, ``smg`` (default), ``sglang-router`` or ``vllm-router``: launched by the
+  plugin from its adapter (``routers/adapters.py``);
+- ``command``: a command template the user writes, with placeholders for the listen sides of
+  the links (``routers/template.py``); the plugin starts and stops it;
+- ``url``: a router that is already running; the plugin puts the ``client->router`` proxy in
+  front of it and neither starts nor stops it.
+
+``like`` names the built-in whose protocol a ``command`` or ``url`` router speaks (metric names,
+how origin survives, readiness), because a user's own build of smg is still smg.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_wedge.errors import ConfigError
+
+BUILT_IN = ("smg", "sglang-router", "vllm-router")
+KINDS = (*BUILT_IN, "command", "url")
+WORKER_PROTOCOLS = ("sglang", "vllm")
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    """How the router starts. ``RouterSpec()`` is the built-in smg."""
+
+    kind: str = "smg"
+    # command: argv template (see routers/template.py for the placeholders)
+    command: tuple[str, ...] = ()
+    # url: where the running router listens, and where its Prometheus metrics are
+    url: str | None = None
+    metrics_url: str | None = None
+    # url: the worker addresses the running router was started with. They become the listen
+    # sides of the router->worker links, so its traffic to our workers crosses Toxiproxy.
+    prefill_listen: tuple[int, ...] = ()
+    decode_listen: tuple[int, ...] = ()
+    bootstrap_ports: tuple[int, ...] = ()
+    like: str = "smg"
+    ready_path: str | None = None  # default: the adapter's (``/readiness`` for all three)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(
+                f"Unknown router kind {self.kind!r}",
+                facts={"known kinds": ", ".join(KINDS)},
+                fix="use router='smg' (default), 'sglang-router', 'vllm-router', or a dict "
+                "{'kind': 'command', 'command': [...]} / {'kind': 'url', 'url': ...}",
+            )
+        if self.like not in BUILT_IN:
+            raise ConfigError(f"Unknown router dialect like={self.like!r}",
+                              facts={"known": ", ".join(BUILT_IN)},
+                              fix="set like to the built-in router your build is")  # fmt: skip
+        if self.kind == "command" and not self.command:
+            raise ConfigError("A command router needs its command template",
+                              fix="pass router={'kind': 'command', 'command': ['smg', 'launch', "
+                              "'--host', '{host}', '--port', '{port}', ...]}")  # fmt: skip
+        if self.kind != "command" and self.command:
+            raise ConfigError(f"command= is only for kind='command' (got kind={self.kind!r})",
+                              fix="drop command=, or set kind='command'")  # fmt: skip
+        if self.kind == "url":
+            self._check_url()
+        elif self.url or self.prefill_listen or self.decode_listen or self.bootstrap_ports:
+            raise ConfigError(f"url and *_listen are only for kind='url' (got {self.kind!r})",
+                              fix="drop them, or set kind='url'")  # fmt: skip
+
+    def _check_url(self) -> None:
+        if not self.url or not self.url.startswith("http://127.0.0.1:"):
+            raise ConfigError(
+                "A url router needs url='http://127.0.0.1:PORT'",
+                facts={"url": self.url},
+                fix="start your router on 127.0.0.1 and pass its URL (traffic stays on loopback)",
+            )
+
+    @property
+    def dialect(self) -> str:
+        """The built-in this router behaves like: itself, or ``like`` for command and url."""
+        return self.kind if self.kind in BUILT_IN else self.like
+
+    @property
+    def managed(self) -> bool:
+        """True when the plugin starts, restarts and stops the router process."""
+        return self.kind != "url"
+
+    def describe(self) -> str:
+        if self.kind == "command":
+            return f"command ({self.dialect}-like): {' '.join(self.command)}"
+        if self.kind == "url":
+            return f"url ({self.dialect}-like, not started by pytest-wedge): {self.url}"
+        return self.kind
+
+
+def check_worker_protocol(protocol: str) -> None:
+    if protocol not in WORKER_PROTOCOLS:
+        raise ConfigError(f"Unknown worker protocol {protocol!r}",
+                          facts={"known": ", ".join(WORKER_PROTOCOLS)},
+                          fix="use worker_protocol='sglang' (default) or 'vllm'")  # fmt: skip

@@ -1,0 +1,87 @@
+"""The router's part of a bring-up that differs by kind: its binary, its ports, its readiness.
+
+A built-in router from an isolated environment gets that environment's console script; a
+``url`` router is not started at all: its port is taken from its URL, the ``router->worker``
+proxies listen where it was told the workers are, and readiness is polled on its URL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import urlsplit
+
+import httpx
+
+from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.routers.adapters import adapter
+from pytest_wedge.routers.envs import ensure_env
+from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
+from pytest_wedge.topology.spec import LOOPBACK, Executables, PortPlan, TopologySpec
+from pytest_wedge.waiting import poll
+
+
+def with_router_executable(router: RouterSpec, exe: Executables) -> Executables:
+    """``exe`` with the router kind's own binary: a pinned package's cached venv, made on
+    first use (that can take a minute, outside the readiness deadline)."""
+    if router.kind not in BUILT_IN:
+        return exe
+    kind = adapter(router.kind)
+    if not kind.isolated:
+        return dataclasses.replace(exe, router=exe.smg)
+    env = ensure_env(kind.package, kind.version)
+    return dataclasses.replace(exe, router=env.script(kind.script))
+
+
+def _port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None, url  # RouterSpec checked it
+    return port
+
+
+def url_router_plan(spec: TopologySpec, plan: PortPlan) -> PortPlan:
+    """For a ``url`` router: its own port, its metrics port, and the prefills' bootstrap ports
+    it was started with, in place of the allocated ones."""
+    router = spec.router
+    if router.managed:
+        return plan
+    metrics = _port(router.metrics_url) if router.metrics_url else 0
+    bootstrap = dict(zip(spec.prefill_names, router.bootstrap_ports, strict=True))
+    return PortPlan(http={**plan.http, "router": _port(router.url or "")},
+                    bootstrap=bootstrap, router_metrics=metrics)  # fmt: skip
+
+
+def url_router_listen(spec: TopologySpec) -> dict[str, str]:
+    """Link name -> fixed listen address, for the links a ``url`` router already sends to."""
+    router = spec.router
+    if router.managed:
+        return {}
+    listen = {f"router->{p}": port for p, port in zip(spec.prefill_names, router.prefill_listen,
+                                                       strict=True)}  # fmt: skip
+    listen |= {f"router->{d}": port for d, port in zip(spec.decode_names, router.decode_listen,
+                                                        strict=True)}  # fmt: skip
+    return {name: f"{LOOPBACK}:{port}" for name, port in listen.items()}
+
+
+def wait_url_router(http: httpx.Client, router: RouterSpec, url: str, timeout_s: float) -> None:
+    """Wait until the running router answers its readiness path with 200."""
+    path = router.ready_path or adapter(router.dialect).ready_path
+    last: list[str] = ["no answer yet"]
+
+    def ready() -> bool:
+        try:
+            answer = http.get(url + path, timeout=1.0)
+        except httpx.HTTPError as exc:
+            last[0] = f"{type(exc).__name__}: {exc}"
+            return False
+        last[0] = f"{answer.status_code} {answer.text[:200]}"
+        return answer.status_code == 200
+
+    if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
+        raise ComponentStartError(
+            f"The url router at {url} did not become ready in {timeout_s:.0f} s",
+            facts={"readiness": url + path, "last answer": last[0],
+                   "its workers' link ports": f"prefill {router.prefill_listen}, "
+                                              f"decode {router.decode_listen}"},
+            fix="check that the router was started with --prefill/--decode at those ports "
+            "(the proxies listen there and forward to the workers) and that it is running",
+        )  # fmt: skip

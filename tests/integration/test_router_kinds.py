@@ -1,0 +1,185 @@
+"""Router kinds: the pinned routers from their isolated venvs, what each does differently, and
+a user's own router by command template or by URL, located and cleared like the built-in."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_wedge.routers.adapters import SGLANG_ROUTER
+from pytest_wedge.routers.envs import ready_env
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _ok_harness(wedge, n: int = 5) -> None:
+    harness = wedge.harness(agents=n, rounds=1, max_tokens=4, client_timeout_s=20)
+    assert harness.wait(30)
+    states = wedge.ledger.by_origin("harness").states()
+    assert states.get("ok") == n, states
+
+
+@pytest.mark.wedge(router="sglang-router")
+def test_sglang_router_runs_from_its_isolated_venv_and_origin_survives_by_header(wedge):
+    env = ready_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version)
+    assert env is not None
+    assert wedge.topology.components["router"].argv[0] == env.script("sglang-router")
+    _ok_harness(wedge)
+    # sglang-router drops `user` from chat bodies (routers.md A2): the origin the workers
+    # record can only have come from the x-request-id-origin header.
+    decode = wedge.worker_ledgers()["decode-0"]["entries"]
+    harness = [e for e in decode if e["origin"] == "harness"]
+    assert len(harness) == 5, [e["origin"] for e in decode]
+
+
+def _run_catalog_scenario(wedge_factory, name: str, **router_kwargs):
+    """Run the catalog's ``name`` on a topology of the same shape, with ``router_kwargs``."""
+    from pytest_wedge.scenarios import catalog
+    from pytest_wedge.scenarios.run import run_scenario
+
+    scenario = next(s for s in catalog() if s.name == name)
+    spec = scenario.spec
+    wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode, stub=spec.stub,
+                          router_args=list(spec.router_args), **router_kwargs)  # fmt: skip
+    result = run_scenario(wedge, scenario)
+    assert result.diagnosis is not None and result.check is not None
+    return wedge, result
+
+
+SMG_TEMPLATE = (
+    "{smg} launch --host {{host}} --port {{port}} --pd-disaggregation "
+    "--prefill {{prefill_url[0]}} {{bootstrap_port[0]}} --decode {{decode_url[0]}} "
+    "--prometheus-host {{host}} --prometheus-port {{metrics_port}}"
+)
+
+
+def test_command_router_from_a_user_template_is_located_and_cleared_like_the_built_in(
+    wedge_factory,
+):
+    from pytest_wedge.topology.tools import smg_path
+
+    smg = smg_path()
+    assert smg is not None
+    template = SMG_TEMPLATE.format(smg=smg)
+    wedge, result = _run_catalog_scenario(
+        wedge_factory, "half-open-decode-stream", router={"kind": "command", "command": template}
+    )
+    argv = wedge.topology.components["router"].argv
+    # The user's template, not the adapter's launch line: rendered with the links' ports.
+    assert argv[:2] == (smg, "launch") and "{" not in " ".join(argv)
+    assert argv[argv.index("--decode") + 1] == f"http://{wedge.topology.links['router->decode-0'].listen}"
+    assert result.diagnosis.location == "decode-0"
+    assert result.check.time_to_clear_s is not None and result.check.time_to_clear_s <= 3.5
+
+
+def test_url_router_started_by_the_test_is_located_and_cleared_like_the_built_in(
+    wedge_factory, tmp_path
+):
+    """The test runs its own smg; the plugin only puts proxies around it and its workers."""
+    import subprocess
+
+    from pytest_wedge.topology.ports import PortAllocator
+    from pytest_wedge.topology.tools import smg_path
+
+    smg = smg_path()
+    assert smg is not None
+    allocator = PortAllocator()
+    port, metrics, prefill_link, decode_link, bootstrap = allocator.take(5)
+    flags = ["--request-timeout-secs", "2", "--stream-body-stall-timeout-secs", "1",
+             # Its workers come up after it: without this smg re-checks them only every 30 s.
+             "--worker-startup-check-interval", "1"]  # fmt: skip
+    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--pd-disaggregation",
+            "--prefill", f"http://127.0.0.1:{prefill_link}", str(bootstrap),
+            "--decode", f"http://127.0.0.1:{decode_link}",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics), *flags]  # fmt: skip
+    with open(tmp_path / "router.log", "wb") as log:
+        router = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wedge, result = _run_catalog_scenario(
+            wedge_factory,
+            "half-open-decode-stream",
+            router={"kind": "url", "url": f"http://127.0.0.1:{port}",
+                    "metrics_url": f"http://127.0.0.1:{metrics}/metrics",
+                    "prefill_listen": [prefill_link], "decode_listen": [decode_link],
+                    "bootstrap_ports": [bootstrap]},
+        )  # fmt: skip
+        # Not ours: no router component to start, stop or restart...
+        assert "router" not in wedge.topology.components
+        # ...but its traffic crosses the links: client->router in front, the workers behind.
+        assert wedge.topology.links["router->decode-0"].listen_port == decode_link
+        assert result.diagnosis.location == "decode-0"
+        assert result.check.time_to_clear_s is not None and result.check.time_to_clear_s <= 3.5
+        assert router.poll() is None  # the plugin left it alone
+    finally:
+        router.terminate()
+        router.wait(10)
+        allocator.close()
+
+
+def _stream_past_the_cap(wedge) -> tuple[list[str], str | None]:
+    """One 40-token stream at 75 ms a token (3 s) under a 2 s request timeout: its lines, and
+    the error that ended it (None: it ended cleanly)."""
+    import httpx
+
+    body = {"model": "stub-model", "stream": True, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "a long one"}]}  # fmt: skip
+    lines: list[str] = []
+    try:
+        with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=15,
+                          headers={"x-request-id-origin": "probe"}) as response:  # fmt: skip
+            assert response.status_code == 200
+            for line in response.iter_lines():  # one by one: keep what came before a cut
+                if line:
+                    lines.append(line)
+    except httpx.RemoteProtocolError as exc:
+        return lines, type(exc).__name__
+    return lines, None
+
+
+@pytest.mark.wedge(router="sglang-router", router_args=["--request-timeout-secs", "2"],
+                   stub={"itl_ms": 75.0})  # fmt: skip
+def test_sglang_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_counter(wedge):
+    """Cited by fixtures/*.toml [routers.sglang-router]: the cut is a truncated chunked body
+    (no error frame, no [DONE]) and no timeout is counted, so RequestTimeout's firing is not
+    observable through the router's metrics (routers.md A4, A5)."""
+    lines, error = _stream_past_the_cap(wedge)
+    assert error == "RemoteProtocolError", lines[-3:]  # the chunked body never ended
+    assert 0 < len(lines) < 40 and "data: [DONE]" not in lines
+    assert not any('"error"' in line for line in lines), lines[-2:]
+    metrics = wedge.topology.router_metrics()
+    assert 'error_type="timeout"' not in metrics
+    assert "smg_worker_retries_exhausted_total{" not in metrics
+
+
+@pytest.mark.wedge(router_args=["--request-timeout-secs", "2"], stub={"itl_ms": 75.0})
+def test_smg_ends_a_stream_at_the_timeout_with_an_error_frame_and_a_timeout_counter(wedge):
+    """The contrast: smg 1.13 sends an error frame and [DONE], and counts the timeout."""
+    lines, error = _stream_past_the_cap(wedge)
+    assert error is None and lines[-1] == "data: [DONE]"
+    assert "stream_error" in lines[-2]
+    assert 'error_type="timeout"' in wedge.topology.router_metrics()
+
+
+def test_sglang_router_has_no_stream_body_stall_flag() -> None:
+    """Cited by half-open-decode-stream: smg's --stream-body-stall-timeout-secs does not exist
+    in sglang-router 0.3.2, so neither the flag nor its watchdog can be armed there."""
+    import subprocess
+
+    from pytest_wedge.routers.envs import ensure_env
+
+    env = ensure_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version)
+    shown = subprocess.run([env.script("sglang-router"), "launch", "--help"], capture_output=True,
+                           text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert "--request-timeout-secs" in shown
+    assert "--stream-body-stall-timeout-secs" not in shown
+
+
+@pytest.mark.wedge(router="vllm-router")
+def test_vllm_router_waits_for_its_workers_then_serves_sglang_stubs_with_origin_in_the_body(wedge):
+    """vllm-router 0.1.17 opens its port only once every worker is healthy (the topology
+    starts it after them); with SGLang-protocol stubs it serves traffic, the origin surviving
+    only in the body `user` (routers.md B2, B7). The vLLM-protocol stubs are the next step."""
+    argv = wedge.topology.components["router"].argv
+    assert "--vllm-pd-disaggregation" in argv and argv[0].endswith("/bin/vllm-router")
+    _ok_harness(wedge)
+    decode = wedge.worker_ledgers()["decode-0"]["entries"]
+    assert [e["origin"] for e in decode if e["origin"] == "harness"] == ["harness"] * 5
