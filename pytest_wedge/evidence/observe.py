@@ -22,6 +22,7 @@ from pytest_wedge.evidence.parse import (
     parse_router_metrics,
     process_state,
 )
+from pytest_wedge.routers.adapters import counts_in_flight_per_worker
 
 if TYPE_CHECKING:
     from pytest_wedge.load.ledger import ClientLedger
@@ -56,7 +57,9 @@ def empty_observed(topology: Topology) -> Observed:
     spec = topology.spec
     return Observed(taken_at=time.time(), prefill=list(spec.prefill_names),
                     decode=list(spec.decode_names), link_names=list(topology.links),
-                    addresses=addresses(topology))  # fmt: skip
+                    addresses=addresses(topology),
+                    router_in_flight_known=counts_in_flight_per_worker(spec.router.kind),
+                    )  # fmt: skip
 
 
 def link_bytes(topology: Topology, timeout_s: float) -> dict[str, dict[str, float]]:

@@ -58,6 +58,10 @@ class Observed:
     # When the client ledger was copied: first, before any server was read, so the servers'
     # counters and sticky states already hold the trace of everything the client saw.
     client_at: float | None = None
+    # Whether the router's per-worker in-flight gauge (smg_worker_requests_active) means
+    # anything: an operator knows which metrics their router keeps (sglang-router 0.3.2 keeps
+    # it at 0). Without it, a worker's share of the router's requests is what it holds.
+    router_in_flight_known: bool = True
 
     # -- shape -----------------------------------------------------------------------------
     @property

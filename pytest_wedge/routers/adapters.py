@@ -116,6 +116,16 @@ VLLM_ROUTER = RouterAdapter(
 ADAPTERS = {a.name: a for a in (SMG, SGLANG_ROUTER, VLLM_ROUTER)}
 
 
+PER_WORKER_IN_FLIGHT = "smg_worker_requests_active"
+
+
+def counts_in_flight_per_worker(kind: str) -> bool:
+    """Does router ``kind`` keep smg's per-worker in-flight gauge up to date? A user's own
+    (``command``/``url``) router is taken to be smg."""
+    found = ADAPTERS.get(kind)
+    return found is None or found.metrics.inflight == PER_WORKER_IN_FLIGHT
+
+
 def adapter(name: str) -> RouterAdapter:
     try:
         return ADAPTERS[name]

@@ -537,3 +537,20 @@ def test_kv_held_ready_for_a_waiting_decode_outranks_a_prefill_the_router_waits_
                             "prefill-1": {"num_running_reqs": 1.0},
                             "decode-1": {"num_decode_transfer_queue_reqs": 10.0}})  # fmt: skip
     located(obs, "decode-1->prefill-0", "certain")
+
+
+# -- a router that keeps no per-worker in-flight count (sglang-router 0.3.2) ---------------------
+
+
+def test_without_the_routers_in_flight_count_a_decode_waiting_for_kv_is_the_transfer() -> None:
+    obs = observed(pending(), workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+                                       "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})
+    obs.router_in_flight_known = False
+    located(obs, "decode-0->prefill-0", "certain")
+
+
+def test_without_the_routers_in_flight_count_nobody_holding_them_is_the_router() -> None:
+    obs = observed(pending())
+    obs.router_in_flight_known = False
+    diagnosis = located(obs, "router", "likely")
+    assert "keeps no in-flight count" in diagnosis.decided_by[0]

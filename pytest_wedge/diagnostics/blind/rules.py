@@ -196,6 +196,13 @@ def _not_dispatched(s: Servers, n: int) -> Verdict:
     """Nothing is in flight to any worker: the requests are in the router, or never got in."""
     admitted = float(s.obs.router.get("admission_inflight", 0.0))
     gap = s.swallowed_line("client->router")
+    if not s.obs.router_in_flight_known:
+        for w in s.workers.values():
+            s.rule_out(w.name, "it holds none of them in its own gauges")
+        if gap is not None:
+            return s.verdict("client->router", LIKELY, gap)
+        return s.verdict("router", LIKELY, f"no worker holds the {n} requests, and this router "
+                         f"keeps no in-flight count: they are in the router or never got in")
     for w in s.workers.values():
         s.rule_out(w.name, "the router has nothing in flight to it")
     if admitted >= max(1.0, n / 2):

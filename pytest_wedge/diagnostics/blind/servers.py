@@ -145,9 +145,14 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
                    for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs"))  # fmt: skip
     cb = (obs.router.get("cb_state") or {}).get(name, 0.0)
     health = (obs.router.get("health") or {}).get(name, 1.0)
+    held_now = sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES)
+    # A router that keeps no per-worker count: its share of a worker is what the worker holds
+    # beyond the requests sent to it directly (nothing then counts as lost on the way).
+    in_flight = (obs.in_flight(name) if obs.router_in_flight_known
+                 else max(0.0, held_now - direct))  # fmt: skip
     return Worker(
         name=name, role="prefill" if prefill else "decode", process=obs.process(name),
-        answers=obs.answered(name), in_flight=obs.in_flight(name), direct=direct,
+        answers=obs.answered(name), in_flight=in_flight, direct=direct,
         queued=gauge("num_queue_reqs"), running=gauge("num_running_reqs"),
         kv_ready=gauge("num_prefill_inflight_queue_reqs") if prefill else 0.0,
         waiting_kv=0.0 if prefill else gauge("num_decode_transfer_queue_reqs"),
@@ -156,7 +161,7 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
         transfer_broken=obs.grew(name, "num_transfer_failed_reqs"),
         metrics_read=name in obs.workers, token_rate=_rate(obs, name),
         failed=obs.router_grew("cb_failed").get(name, 0.0),
-        held_now=sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES),
+        held_now=held_now,
         waiting_kv_now=0.0 if prefill else obs.workers.get(name, {}).get(
             "num_decode_transfer_queue_reqs", 0.0),
     )  # fmt: skip
