@@ -82,7 +82,8 @@ def local_engine(client: Any) -> bool:
     docker-py names a unix socket or a Windows named pipe ``http+docker://``; TCP (with or
     without TLS) is ``http://`` or ``https://``, even to 127.0.0.1, where the engine may be a
     tunnel's far end."""
-    return str(client.api.base_url).startswith("http+docker://")
+    api = getattr(client, "api", None)  # a stand-in client without one counts as local
+    return str(getattr(api, "base_url", "http+docker://")).startswith("http+docker://")
 
 
 def _from_env(timeout_s: float) -> Any:
