@@ -62,14 +62,14 @@ def make_certificates(out: Path) -> Path:
     `--tlsverify` and docker-py's `DOCKER_CERT_PATH` expect them."""
     out.mkdir(parents=True)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-            "/CN=pytest-wedge test CA", "-keyout", "ca-key.pem", "-out", "ca.pem", cwd=out)
+            "/CN=pytest-wedge test CA", "-keyout", "ca-key.pem", "-out", "ca.pem", cwd=out)  # fmt: skip
     for name, subject, usage in (
         ("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
         ("client", "/CN=pytest-wedge client", "extendedKeyUsage=clientAuth"),
     ):
         (out / f"{name}.ext").write_text(usage + "\n")
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-                "-keyout", f"{name}-key.pem", "-out", f"{name}.csr", cwd=out)
+                "-keyout", f"{name}-key.pem", "-out", f"{name}.csr", cwd=out)  # fmt: skip
         openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
                 "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
                 "-out", f"{name}-cert.pem", cwd=out)  # fmt: skip
