@@ -18,6 +18,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.glue import console, hookspecs
 from pytest_wedge.glue import items as scenario_items
 from pytest_wedge.glue.config import SETTINGS
+from pytest_wedge.glue.grouping import ShapeGrouping
 from pytest_wedge.glue.state import (
     HANDLES_KEY,
     PLUGIN_KEY,
@@ -60,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = WedgePlugin(config)
     config.stash[PLUGIN_KEY] = plugin
     scenario_items.configure(config)
+    # xdist: one worker per topology shape (glue/grouping.py); a no-op without xdist.
+    config.pluginmanager.register(ShapeGrouping(), "wedge-grouping")
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:

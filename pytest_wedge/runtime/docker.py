@@ -2,8 +2,12 @@
 
 Containers run the same command lines as the process runtime, from an image assembled from
 this host's files (see :mod:`pytest_wedge.runtime.images`). Host networking keeps every port on
-127.0.0.1, so Toxiproxy, smg and the stubs address each other exactly as they do as processes;
-it also means the daemon must run on this machine.
+127.0.0.1, so Toxiproxy, smg and the stubs address each other exactly as they do as processes.
+
+The engine may be remote (``DOCKER_HOST=tcp://...`` with TLS; docs/scaling.md), so nothing here
+assumes the engine shares this machine's file system or PIDs: the image goes to the engine as a
+tar stream through the API, logs come back through the API, nothing is bind-mounted, and host
+PIDs (for py-spy and /proc) are used only when the engine is reached over a local socket.
 
 ``start`` hands create+start to a thread pool and returns, so a topology's workers start in
 parallel; every other call on that component first waits for its start to finish, which is
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -35,7 +40,7 @@ from pytest_wedge.runtime.base import (
     ComponentState,
     LogFiles,
 )
-from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect
+from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
 from pytest_wedge.runtime.process import owner_alive, owner_tag
 from pytest_wedge.topology.spec import ComponentSpec
 
@@ -71,6 +76,7 @@ class DockerRuntime(LogFiles):
         self._owner = owner_tag()
         self._pidns = pid_namespace()
         self._client = client or connect()
+        self._local_pids = local_engine(self._client)
         self._image = ensure_image(self._client)
         self._prefix = f"pytest-wedge-{session_id}-{uuid.uuid4().hex[:6]}"
         self._specs: dict[str, ComponentSpec] = {}
@@ -112,7 +118,7 @@ class DockerRuntime(LogFiles):
         with open(self.logs_dir / f"{name}.log", "ab") as log:
             log.write(f"--- start ({self.image}): {' '.join(component.argv)}\n".encode())
         env = {**dict(component.env), SESSION_ENV: self.session_id, OWNER_ENV: self._owner,
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+               "PYTHONUNBUFFERED": "1", **package_path()}  # fmt: skip
         try:
             container = self._client.containers.create(
                 self.image,
@@ -255,7 +261,12 @@ class DockerRuntime(LogFiles):
 
     # -- introspection ---------------------------------------------------------------------
     def pid(self, name: str) -> int | None:
-        """The host PID of the program, for py-spy and /proc; not docker-init's PID 1."""
+        """The host PID of the program, for py-spy and /proc; not docker-init's PID 1.
+
+        None on an engine reached over TCP: its PIDs belong to the engine's host, and a
+        PID of this machine that happens to match would be a stranger's process."""
+        if not self._local_pids:
+            return None
         container = self._reload(name)
         if container is None or container.status not in ("running", "paused"):
             return None
@@ -296,6 +307,18 @@ class DockerRuntime(LogFiles):
         self._pool.shutdown(wait=True)
         with contextlib.suppress(Exception):
             self._client.close()
+
+
+def package_path() -> dict[str, str]:
+    """``PYTHONPATH`` for the containers when this pytest_wedge is not the venv's own (an
+    editable install, or a checkout on ``PYTHONPATH``): the image carries the running package
+    at its host path (``images.source_roots``), and the stubs must import that one."""
+    import pytest_wedge
+
+    package = Path(pytest_wedge.__file__).resolve().parent
+    if package.is_relative_to(Path(sys.prefix)):
+        return {}
+    return {"PYTHONPATH": str(package.parent)}
 
 
 def sweep_containers(client: Any = None) -> list[str]:

@@ -15,9 +15,12 @@ from pytest_wedge.errors import ConfigError
 
 FIX = (
     "run `make docker-up` and export the DOCKER_HOST line it prints (a private dockerd at "
-    "unix:///tmp/pytest-wedge-docker/docker.sock), or point DOCKER_HOST at a daemon on this "
-    "machine; or use --wedge-runtime=process"
+    "unix:///tmp/pytest-wedge-docker/docker.sock), or point DOCKER_HOST at an engine "
+    "(tcp://HOST:2376 with DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH holding ca.pem, cert.pem "
+    "and key.pem; see docs/scaling.md); or use --wedge-runtime=process"
 )
+# What docker.from_env reads besides DOCKER_HOST: shown with every failure to connect.
+TLS_ENV = ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 
 
 class NoDockerDaemon(ConfigError):
@@ -30,6 +33,8 @@ def unanswered(exc: BaseException | None) -> bool:
     import requests.exceptions  # docker-py's transport, installed with it
 
     while exc is not None:
+        if isinstance(exc, requests.exceptions.SSLError):
+            return False  # a TLS handshake that failed: something answered (a subclass below)
         if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
             return True
         exc = exc.__cause__ or exc.__context__
@@ -52,17 +57,56 @@ def connect(timeout_s: float = 10.0) -> Any:
             fix="pip install 'pytest-wedge[docker]'",
         ) from exc
     host = os.environ.get("DOCKER_HOST", "(unset: unix:///var/run/docker.sock)")
+    facts: dict[str, object] = {"DOCKER_HOST": host}
+    facts.update({name: os.environ[name] for name in TLS_ENV if os.environ.get(name)})
     try:
-        client = docker.from_env(timeout=timeout_s)  # asks the daemon for its API version
+        client = _from_env(timeout_s)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         if unanswered(exc):
             raise NoDockerDaemon(
-                "No Docker daemon answered", facts={"DOCKER_HOST": host, "error": exc}, fix=FIX
+                "No Docker daemon answered", facts={**facts, "error": exc}, fix=FIX
             ) from exc
         raise ConfigError(
             "The Docker daemon could not be used",
-            facts={"DOCKER_HOST": host, "error": exc},
-            fix="check DOCKER_HOST and the daemon's own log; " + FIX,
+            facts={**facts, "error": exc},
+            fix="check DOCKER_HOST (and, over TLS, the files in DOCKER_CERT_PATH: ca.pem, "
+            "cert.pem, key.pem) and the daemon's own log; " + FIX,
         ) from exc
+    return client
+
+
+def local_engine(client: Any) -> bool:
+    """Is the engine reached over a local socket, so that its PIDs are this machine's?
+
+    docker-py names a unix socket or a Windows named pipe ``http+docker://``; TCP (with or
+    without TLS) is ``http://`` or ``https://``, even to 127.0.0.1, where the engine may be a
+    tunnel's far end."""
+    api = getattr(client, "api", None)  # a stand-in client without one counts as local
+    return str(getattr(api, "base_url", "http+docker://")).startswith("http+docker://")
+
+
+def _from_env(timeout_s: float) -> Any:
+    """``docker.from_env``, except that the engine's CA from ``DOCKER_CERT_PATH`` is what
+    verifies it.
+
+    docker-py keeps the CA in its requests session, and requests lets ``REQUESTS_CA_BUNDLE``
+    or ``CURL_CA_BUNDLE`` (common on CI runners) replace a session's CA on every request, so a
+    TLS engine fails to verify (docker/docker-py#2433, open). The API client here passes the
+    session's own CA to each request instead, which requests then keeps.
+    """
+    import docker
+
+    class EngineAPIClient(docker.APIClient):  # type: ignore[misc]
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                       cert: Any) -> Any:  # fmt: skip
+            if verify is None and isinstance(self.verify, str):
+                verify = self.verify
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+    settings = docker.utils.kwargs_from_env()
+    api = EngineAPIClient(timeout=timeout_s, **settings)  # asks the engine for its API version
+    client = docker.DockerClient(version=api.api_version, timeout=timeout_s, **settings)
+    client.api.close()
+    client.api = api
     return client

@@ -271,12 +271,15 @@ _cache: dict[tuple[str, tuple[str, ...]], ImageInfo] = {}
 
 
 def default_extras() -> list[str]:
-    """Programs outside the venv every image carries: the project's Toxiproxy, if it has one."""
+    """Programs every image carries besides the venv: the interpreter by the path the stubs'
+    command lines name (a symlinked venv reaches it by another path than ``sys.prefix``; without
+    it here, the first stub would cost a second image), and the project's Toxiproxy."""
     from pytest_wedge.topology.toxiproxy import find_toxiproxy
 
+    extras = [sys.executable]
     with contextlib.suppress(Exception):
-        return [find_toxiproxy(None, Path(__file__).resolve().parents[2])]
-    return []
+        extras.append(find_toxiproxy(None, Path(__file__).resolve().parents[2]))
+    return extras
 
 
 def forget_lookups() -> None:

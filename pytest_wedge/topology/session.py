@@ -7,7 +7,9 @@ every test asking for the same shape shares one running topology and pays only f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +17,14 @@ from pathlib import Path
 from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
 from pytest_wedge.topology.ports import PortAllocator
 from pytest_wedge.topology.running import Topology, find_executables
+from pytest_wedge.topology.shape import shape_id
 from pytest_wedge.topology.spec import TopologySpec
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
 
 RuntimeFactory = Callable[[str, str, str], Runtime]
+# One JSON line per topology this session brought up (docs/scaling.md): under xdist, how many
+# bring-ups a run paid per shape and worker.
+BRING_UPS_FILE = "bring-ups-{runtime}.jsonl"
 
 
 class WedgeSession:
@@ -47,6 +53,7 @@ class WedgeSession:
         self.ports = PortAllocator()
         self.max_topologies = max_topologies
         self._started = 0
+        self.bring_ups: list[dict[str, object]] = []
         self.topologies: dict[TopologySpec, Topology] = {}
         self._runtimes: list[Runtime] = []
         self.toxiproxy: ToxiproxyClient | None = None
@@ -61,6 +68,7 @@ class WedgeSession:
 
     def start(self) -> WedgeSession:
         self.sweep()
+        self._bring_ups_path.unlink(missing_ok=True)  # a record of this session only
         try:
             runtime = self._toxiproxy_runtime = self._runtime("toxiproxy")
             (port,) = self.ports.take(1)
@@ -114,9 +122,28 @@ class WedgeSession:
             ready_timeout_s=self.ready_timeout_s,
             proxy_prefix=f"t{index}_",
         )
+        started = time.monotonic()
         topo.start()
+        self._record_bring_up(spec, time.monotonic() - started)
         self.topologies[spec] = topo
         return topo
+
+    @property
+    def _bring_ups_path(self) -> Path:
+        return self.artifacts_dir / BRING_UPS_FILE.format(runtime=self.runtime_name)
+
+    def _record_bring_up(self, spec: TopologySpec, seconds: float) -> None:
+        record: dict[str, object] = {
+            "worker": self.artifacts_dir.name,
+            "runtime": self.runtime_name,
+            "shape": shape_id(spec, self.runtime_name),
+            "seconds": round(seconds, 3),
+        }
+        self.bring_ups.append(record)
+        with contextlib.suppress(OSError):  # a record that cannot be written costs no test
+            self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+            with open(self._bring_ups_path, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
 
     def pids(self) -> list[int]:
         """PIDs of everything this session runs (host PIDs, for either runtime)."""

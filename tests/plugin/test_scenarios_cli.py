@@ -1,4 +1,5 @@
-"""`pytest --wedge-scenarios`: listing, selection, user catalogs, bad files, xdist."""
+"""`pytest --wedge-scenarios`: listing, selection, user catalogs, bad files (xdist: see
+test_xdist_grouping.py)."""
 
 from __future__ import annotations
 
@@ -81,7 +82,3 @@ def test_unknown_scenario_name_lists_the_known_ones(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*Unknown scenario(s): no-such-thing*", "*known:*half-open-decode-stream*"])
 
-
-def test_catalog_passes_under_xdist(pytester, request):
-    result = pytester.runpytest_subprocess("--wedge-scenarios", "-n", "2", toxiproxy_arg(request))
-    result.assert_outcomes(passed=len(catalog()))

@@ -1,0 +1,151 @@
+"""pytest-xdist: tests that share a topology shape run on one worker.
+
+A worker's session caches running topologies by shape, so a shape costs one bring-up per
+worker that runs any test of it. Spread by ``--dist load``, every worker brings up most shapes
+(and, past the session's three cached topologies, some of them again). Instead, with ``-n N``:
+
+- each worker tells the controller the shape of every scenario item and every test using the
+  ``wedge`` fixture (:func:`pytest_wedge.topology.shape.shape_id`); a test's own
+  ``xdist_group`` mark names its group instead;
+- the controller schedules with :class:`ShapeScheduling`, xdist's ``loadscope`` scheduler with
+  the shape as the scope: a shape's tests go to one worker as a whole, so each shape is brought
+  up once per run. Tests without a shape are scheduled one by one, as ``--dist load`` does.
+
+This is the default when the user did not choose ``--dist``, and it also serves an explicit
+``--dist loadgroup``; any other ``--dist`` is kept. xdist's own loadgroup tags node ids with
+``@group`` on the workers, which pytest 9.2's structured node ids silently ignore
+(pytest-dev/pytest-xdist#1386), so the groups travel beside the node ids instead: each worker
+writes its map to a directory the controller names in ``workerinput`` (popen workers share the
+controller's file system; a worker that cannot write it leaves its tests ungrouped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.glue.items import ScenarioItem
+from pytest_wedge.glue.state import plugin_of
+
+WORKERINPUT_KEY = "wedge_groups_dir"
+GROUPS_DIR_KEY = pytest.StashKey[Path]()
+
+
+def chosen_dist(config: pytest.Config) -> str | None:
+    """The ``--dist`` the user gave (command line, ``addopts``, ``PYTEST_ADDOPTS``), or None.
+
+    Read from the arguments as parsed, which xdist's own defaulting does not touch."""
+    known = config.known_args_namespace
+    if getattr(known, "distload", False):
+        return "load"
+    dist = getattr(known, "dist", "no")
+    return None if dist == "no" else str(dist)
+
+
+def groups_by_shape(config: pytest.Config) -> bool:
+    """On the xdist controller: is this run scheduled by shape?"""
+    if getattr(config.option, "dist", "no") == "no" or not getattr(config.option, "tx", None):
+        return False
+    return chosen_dist(config) in (None, "loadgroup")
+
+
+def item_group(item: pytest.Item) -> str | None:
+    """The item's own ``xdist_group``, else the shape it brings up, else None (``wedge_factory``
+    alone, or a bad marker, which fails its own test at setup)."""
+    own = [str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+           for m in item.iter_markers("xdist_group")]  # fmt: skip
+    if own:
+        return "_".join(sorted(set(own)))
+    from pytest_wedge.topology.shape import shape_id
+
+    default_runtime: str = plugin_of(item.config).value("wedge_runtime")
+    if isinstance(item, ScenarioItem):
+        return shape_id(item.scenario.spec, item.scenario.runtime or default_runtime)
+    if "wedge" not in getattr(item, "fixturenames", ()):
+        return None
+    from pytest_wedge.glue.marker import parse_marker
+
+    marker = item.get_closest_marker("wedge")
+    try:
+        parsed = parse_marker(marker.args, marker.kwargs) if marker else parse_marker((), {})
+    except ConfigError:
+        return None
+    return shape_id(parsed.spec, parsed.runtime or default_runtime)
+
+
+def write_groups(directory: Path, worker: str, items: list[pytest.Item]) -> None:
+    groups = {item.nodeid: group for item in items if (group := item_group(item))}
+    partial = directory / f".{worker}.json"
+    partial.write_text(json.dumps(groups))
+    os.replace(partial, directory / f"{worker}.json")  # the controller never reads half a map
+
+
+def read_groups(directory: Path) -> dict[str, str]:
+    groups: dict[str, str] = {}
+    for path in sorted(directory.glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            groups.update(json.loads(path.read_text()))
+    return groups
+
+
+def make_scheduler(config: pytest.Config, log: Any, directory: Path) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ShapeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's loadscope with the topology shape (or ``xdist_group``) as the scope."""
+
+        def __init__(self) -> None:
+            super().__init__(config, log)
+            self._groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            # First called from schedule(), once every worker has sent its collection, and a
+            # worker writes its map before it sends that.
+            if self._groups is None:
+                self._groups = read_groups(directory)
+            return self._groups.get(nodeid, nodeid)
+
+    return ShapeScheduling()
+
+
+class ShapeGrouping:
+    """Registered by the plugin; the xdist hooks are optional, so it loads without xdist."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        if getattr(config, "workerinput", None) is None and groups_by_shape(config):
+            config.stash[GROUPS_DIR_KEY] = Path(tempfile.mkdtemp(prefix="pytest-wedge-groups-"))
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        directory = config.stash.get(GROUPS_DIR_KEY, None)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        directory = node.config.stash.get(GROUPS_DIR_KEY, None)
+        if directory is not None:
+            node.workerinput[WORKERINPUT_KEY] = str(directory)
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        directory = config.stash.get(GROUPS_DIR_KEY, None)
+        return None if directory is None else make_scheduler(config, log, directory)
+
+    # trylast: after -k and --deselect, so the map holds the node ids the controller gets.
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:  # fmt: skip
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is None or WORKERINPUT_KEY not in workerinput:
+            return
+        with contextlib.suppress(OSError):  # ungrouped, not failed: see the module docstring
+            write_groups(Path(workerinput[WORKERINPUT_KEY]), workerinput["workerid"], items)

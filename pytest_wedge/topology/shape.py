@@ -1,0 +1,20 @@
+"""A topology shape's stable name: what the xdist grouping and the bring-up record share.
+
+Two tests share a running topology when their runtime and :class:`TopologySpec` are equal (the
+session caches by spec), so that pair is the shape. The name must be the same in every xdist
+worker, because the workers' collections are compared node id by node id: it hashes the spec's
+``repr``, which holds only tuples, numbers and strings (no sets, whose order changes with
+hash randomisation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pytest_wedge.topology.spec import TopologySpec
+
+
+def shape_id(spec: TopologySpec, runtime: str) -> str:
+    """``wedge-process-1p1d-3f2a9c1e``: readable counts, and a hash of everything else."""
+    digest = hashlib.sha256(f"{runtime}\0{spec!r}".encode()).hexdigest()[:8]
+    return f"wedge-{runtime}-{spec.prefill}p{spec.decode}d-{digest}"
