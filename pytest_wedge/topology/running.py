@@ -101,6 +101,9 @@ class Topology:
             bootstrap={p: next(it) for p in spec.prefill_names},
             router_metrics=next(it),
         )
+        # The stub fork server's imports (a quarter second) overlap the proxies' creation.
+        warm_up = getattr(self.runtime, "warm_up", None)
+        warming = self._pool.submit(warm_up, self.exe.python) if callable(warm_up) else None
         try:
             check_free({f"{n} http": p for n, p in self.plan.http.items()}
                        | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()}
@@ -119,8 +122,9 @@ class Topology:
                     url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
                     self.stubs[component.name] = StubClient(component.name, url)
             workers = [c for c in self.components.values() if c.role != "router"]
-            for component in workers:
-                self.runtime.start(component)
+            if warming is not None:
+                warming.result()
+            list(self._pool.map(self.runtime.start, workers))  # independent: in parallel
             # smg probes workers once at start and then backs off for seconds, so it starts
             # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
