@@ -21,6 +21,7 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
+from pytest_wedge.loopback import loopback_client
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
 from pytest_wedge.topology.ports import PortAllocator, check_free
@@ -85,9 +86,8 @@ class Topology:
         self.components: dict[str, ComponentSpec] = {}
         self.stubs: dict[str, StubClient] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
-        # One pooled client for admin calls; trust_env=False so proxy variables never reroute
-        # loopback traffic.
-        self.http = httpx.Client(timeout=2.0, trust_env=False)
+        # One pooled client for admin calls (no proxy variables, the shared SSL context).
+        self.http = loopback_client(timeout=2.0)
 
     # -- bring-up ---------------------------------------------------------------------------
     def start(self) -> Topology:
