@@ -88,6 +88,7 @@ class ForkServer:
         self._replies: dict[int, Future[int]] = {}
         self._workers: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
+        self._gone = False  # its output ended: no request can be answered any more
         self._guard = threading.Lock()
         self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,),
                                         name="wedge-forkserver-reader", daemon=True)  # fmt: skip
@@ -97,11 +98,19 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None and self._reader.is_alive()
 
+    @property
+    def idle(self) -> bool:
+        """No worker of ours is running or being forked: closing the server costs nothing."""
+        with self._guard:
+            return not self._workers and not self._replies
+
     def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path,
              name: str) -> ForkedProcess:  # fmt: skip
         """Fork one worker running the stub with ``args``; returns once it has a PID."""
         reply: Future[int] = Future()
         with self._guard:
+            if self._gone:
+                raise self._failed(name, RuntimeError("the fork server exited"))
             self._next_id += 1
             request_id = self._next_id
             self._replies[request_id] = reply
@@ -145,6 +154,7 @@ class ForkServer:
                 reply.set_exception(RuntimeError(str(message.get("error"))))
         # End of output: the server is gone, and its workers died with it (PDEATHSIG SIGKILL).
         with self._guard:
+            self._gone = True
             for reply in self._replies.values():
                 reply.set_exception(RuntimeError("the fork server exited"))
             self._replies.clear()

@@ -237,6 +237,10 @@ class Topology:
         for name in reversed(list(self.components)):
             with contextlib.suppress(Exception):
                 self.runtime.kill(name)
+        # The process runtime's stub fork server outlives its workers until released.
+        release_idle = getattr(self.runtime, "release_idle", None)
+        if callable(release_idle):
+            release_idle()
         for link in self.links.values():
             with contextlib.suppress(Exception):
                 self.toxiproxy.delete_proxy(link.proxy)

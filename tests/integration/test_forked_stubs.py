@@ -173,3 +173,18 @@ def test_workers_die_with_their_fork_server(
     runtime.restart("decode-0")  # a new fork server takes over
     wait_ready(runtime, two_stubs[:1], timeout_s=60)
     assert runtime.state("decode-0") == "running"
+
+
+def test_only_an_idle_fork_server_is_released(
+    runtime: ProcessRuntime, two_stubs: list[ComponentSpec]
+) -> None:
+    (server,) = forkservers(runtime)
+    runtime.kill("decode-0")
+    runtime.release_idle()  # decode-1 still runs: the server stays
+    assert server.is_running() and runtime.state("decode-1") == "running"
+    runtime.kill("decode-1")
+    runtime.release_idle()
+    wait_for(lambda: gone(server.pid), timeout_s=10, what="the idle fork server to exit")
+    runtime.start(two_stubs[0])  # a start after the release boots a new one
+    wait_ready(runtime, two_stubs[:1], timeout_s=60)
+    assert [s.pid for s in forkservers(runtime)] != [server.pid]
