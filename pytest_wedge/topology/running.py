@@ -13,7 +13,7 @@ import contextlib
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +124,12 @@ class Topology:
             workers = [c for c in self.components.values() if c.role != "router"]
             if warming is not None:
                 warming.result()
-            list(self._pool.map(self.runtime.start, workers))  # independent: in parallel
+            # Independent, so in parallel; every start ends before a failure is raised, so the
+            # rollback below never races a start still queued.
+            starts = [self._pool.submit(self.runtime.start, c) for c in workers]
+            wait(starts)
+            for started in starts:
+                started.result()
             # smg probes workers once at start and then backs off for seconds, so it starts
             # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
