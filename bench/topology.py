@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
+
+import psutil
 
 from bench.common import median_of, report, tree_rss_mb
 from bench.stub_driver import measure_decode_tokens_per_s
@@ -19,9 +22,65 @@ def cold_start_s() -> float:
             return time.monotonic() - started
 
 
+def session_memory_mb() -> dict[str, float]:
+    """Memory of every process this bench started (Toxiproxy, the stub fork server and its
+    workers, the router), summed three ways. PSS is the honest total: a page shared by n
+    processes (copy-on-write pages of the fork server, shared libraries) counts 1/n in each.
+    The RSS sum counts every shared page once per process that maps it."""
+    totals = {"pss": 0.0, "uss": 0.0, "rss": 0.0}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            info = proc.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for key in totals:
+            totals[key] += getattr(info, key) / 1e6
+    return totals
+
+
+def cpu_s() -> float:
+    """CPU seconds used so far by this process, its reaped children and every live
+    descendant: what a bring-up costs whatever else the machine is doing."""
+    me = psutil.Process()
+    own = me.cpu_times()
+    total = own.user + own.system + own.children_user + own.children_system
+    for proc in me.children(recursive=True):
+        try:
+            times = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += times.user + times.system
+    return total
+
+
+def cold_start_8p8d(runs: int = 5) -> None:
+    """``cold_start_8p8d_s`` (session + topology, as topology_cold_start_s) and
+    ``rss_8p8d_mb`` (the PSS sum, read right after the topology is ready)."""
+    seconds: list[float] = []
+    cpu: list[float] = []
+    memory: list[dict[str, float]] = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            cpu_before = cpu_s()
+            started = time.monotonic()
+            with WedgeSession(artifacts_dir=tmp) as session:
+                session.topology(TopologySpec(prefill=8, decode=8))
+                seconds.append(time.monotonic() - started)
+                cpu.append(cpu_s() - cpu_before)
+                memory.append(session_memory_mb())
+    report("cold_start_8p8d_s", statistics.median(seconds), seconds)
+    report("cold_start_8p8d_cpu_s", statistics.median(cpu), cpu)
+    pss = [m["pss"] for m in memory]
+    report("rss_8p8d_mb", statistics.median(pss), pss)
+    print("# rss_8p8d_mb is the sum of PSS over every process of the 8P+8D session", flush=True)
+    report("rss_8p8d_uss_sum_mb", statistics.median(m["uss"] for m in memory))
+    report("rss_8p8d_rss_sum_mb", statistics.median(m["rss"] for m in memory))
+
+
 def main() -> None:
     value, runs = median_of(cold_start_s)
     report("topology_cold_start_s", value, runs)
+    cold_start_8p8d()
     with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
         topo = session.topology()
 

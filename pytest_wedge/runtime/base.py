@@ -10,6 +10,7 @@ from typing import Literal, Protocol, runtime_checkable
 import httpx
 
 from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.loopback import loopback_client
 from pytest_wedge.topology.spec import ComponentSpec
 from pytest_wedge.waiting import MONOTONIC, Clock, poll
 
@@ -88,7 +89,7 @@ def wait_ready(
     """
     pending = {c.name: c for c in components}
     last_error: dict[str, str] = {}
-    with httpx.Client(timeout=1.0, trust_env=False) as client:
+    with loopback_client(timeout=1.0) as client:
 
         def all_ready() -> bool:
             for name, component in list(pending.items()):

@@ -1,8 +1,10 @@
-"""The process runtime: each component a local subprocess in its own process group.
+"""The process runtime: each component a local process in its own process group.
 
-Logs go to files under the artifacts directory (never an unread pipe). Children carry the
-session tag in their environment, die with their parent (PR_SET_PDEATHSIG), and anything a
-SIGKILLed session left behind is swept by the next one.
+Stub workers are forked by a pre-imported stub fork server (``runtime/forked.py``), one per
+runtime; everything else (and a stub of a foreign command line) is spawned. Logs go to files
+under the artifacts directory (never an unread pipe). Children carry the session tag in their
+environment, die with their parent (PR_SET_PDEATHSIG; a forked worker with its fork server,
+which dies with us), and anything a SIGKILLed session left behind is swept by the next one.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -27,6 +30,7 @@ from pytest_wedge.runtime.base import (
     ComponentState,
     LogFiles,
 )
+from pytest_wedge.runtime.forked import ForkServer, Proc, stub_args
 from pytest_wedge.topology.spec import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -62,7 +66,7 @@ class _Child:
     process of one start with the paused flag of another."""
 
     spec: ComponentSpec
-    proc: subprocess.Popen[bytes]
+    proc: Proc
     paused: bool = False
 
     @property
@@ -93,6 +97,8 @@ class ProcessRuntime(LogFiles):
         # PDEATHSIG fires when the *thread* that forked the child exits, so every spawn happens
         # on one thread that lives as long as this runtime (watchdogs restart from other threads).
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedge-spawn")
+        self._forkservers: dict[str, ForkServer] = {}  # by interpreter path
+        self._forkservers_guard = threading.Lock()
 
     @contextlib.contextmanager
     def _locked(self, name: str) -> Iterator[_Child | None]:
@@ -120,32 +126,81 @@ class ProcessRuntime(LogFiles):
                            "running command": " ".join(child.spec.argv)},
                     fix=f"call restart({component.name!r}) to replace it, or stop it first",
                 )  # fmt: skip
-            self._children[component.name] = self._spawner.submit(self._spawn, component).result()
+            log_path = self.logs_dir / f"{component.name}.log"
+            with open(log_path, "ab") as log:
+                log.write(f"--- start: {' '.join(component.argv)}\n".encode())
+            args = stub_args(component.argv)
+            if args is None:
+                proc: Proc = self._spawner.submit(self._spawn, component, log_path).result()
+            else:
+                server = self._forkserver(component.argv[0])
+                proc = server.fork(args, self._env(component.env), log_path, component.name)
+            self._children[component.name] = _Child(component, proc)
 
-    def _spawn(self, component: ComponentSpec) -> _Child:
-        log_path = self.logs_dir / f"{component.name}.log"
-        env = {**os.environ, **dict(component.env), SESSION_ENV: self.session_id,
-               OWNER_ENV: self._owner, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    def warm_up(self, python: str) -> None:
+        """Start the stub fork server of ``python`` now. It returns once the server is
+        spawned, not imported: the imports overlap whatever the caller does next."""
+        if not self._closed:
+            self._forkserver(python)
+
+    def release_idle(self) -> None:
+        """Close the fork servers that run no worker (a topology closed without its runtime,
+        as a session does when it evicts one): an idle server is 40 MB held for nothing.
+        The next stub start boots a new one."""
+        with self._forkservers_guard:
+            idle = {python: s for python, s in self._forkservers.items() if s.idle}
+            for python in idle:
+                del self._forkservers[python]
+        for server in idle.values():
+            server.close()
+
+    def _forkserver(self, python: str) -> ForkServer:
+        """The running fork server for ``python``, started (on the spawner thread) if need be."""
+        with self._forkservers_guard:
+            server = self._forkservers.get(python)
+            if server is None or not server.alive:
+                log_path = self.logs_dir / "stub-forkserver.log"
+                server = self._spawner.submit(ForkServer, python, self._popen_piped,
+                                              log_path).result()  # fmt: skip
+                self._forkservers[python] = server
+            return server
+
+    def _env(self, extra: Mapping[str, str] | Sequence[tuple[str, str]]) -> dict[str, str]:
+        return {**os.environ, **dict(extra), SESSION_ENV: self.session_id,
+                OWNER_ENV: self._owner, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+
+    def _spawn(self, component: ComponentSpec, log_path: Path) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as log:
-            log.write(f"--- start: {' '.join(component.argv)}\n".encode())
-            log.flush()
             try:
-                proc = subprocess.Popen(
-                    component.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
+                return self._popen(component.argv, self._env(component.env), log)
             except FileNotFoundError as exc:
                 raise MissingBinaryError(
                     f"Cannot start {component.name}: {component.argv[0]} not found",
                     facts={"command": " ".join(component.argv)},
                     fix="run `make install` (it installs smg and toxiproxy-server)",
                 ) from exc
-        return _Child(component, proc)
+
+    def _popen_piped(self, argv: Sequence[str], extra_env: Mapping[str, str],
+                     log_path: Path) -> subprocess.Popen[bytes]:  # fmt: skip
+        """A process whose stdin and stdout are our pipes (the fork server's protocol)."""
+        with open(log_path, "ab") as log:
+            return self._popen(argv, self._env(extra_env), log, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE)  # fmt: skip
+
+    @staticmethod
+    def _popen(
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log: Any,
+        stdin: int = subprocess.DEVNULL,
+        stdout: int | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Its own session (signals reach its group only), death with this runtime's spawner
+        thread (it runs on that thread); output to ``log`` unless ``stdout`` is a pipe."""
+        return subprocess.Popen(argv, stdin=stdin, stdout=log if stdout is None else stdout,
+                                stderr=subprocess.STDOUT if stdout is None else log,
+                                env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent)  # fmt: skip
 
     @staticmethod
     def _signal(child: _Child, sig: signal.Signals) -> bool:
@@ -235,6 +290,11 @@ class ProcessRuntime(LogFiles):
             with self._locked(name):
                 self.kill(name)
                 self._children.pop(name, None)
+        with self._forkservers_guard:
+            servers = list(self._forkservers.values())
+            self._forkservers.clear()
+        for server in servers:
+            server.close()
         self._spawner.shutdown(wait=True)
 
 

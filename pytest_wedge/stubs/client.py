@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.loopback import loopback_client
 
 
 class StubUnavailable(WedgeError):
@@ -21,7 +22,7 @@ class StubClient:
     def __init__(self, name: str, base_url: str, timeout_s: float = 2.0) -> None:
         self.name = name
         self.base_url = base_url
-        self._http = httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False)
+        self._http = loopback_client(base_url=base_url, timeout=timeout_s)
 
     def _call(self, method: str, path: str, json: Any = None) -> Any:
         try:

@@ -13,7 +13,7 @@ import contextlib
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
+from pytest_wedge.loopback import loopback_client
 from pytest_wedge.routers.describe import describe_lines, router_metric_names
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
@@ -92,9 +93,8 @@ class Topology:
         self.components: dict[str, ComponentSpec] = {}
         self.stubs: dict[str, StubClient] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
-        # One pooled client for admin calls; trust_env=False so proxy variables never reroute
-        # loopback traffic.
-        self.http = httpx.Client(timeout=2.0, trust_env=False)
+        # One pooled client for admin calls (no proxy variables, the shared SSL context).
+        self.http = loopback_client(timeout=2.0)
 
     # -- bring-up ---------------------------------------------------------------------------
     def start(self) -> Topology:
@@ -108,6 +108,9 @@ class Topology:
             bootstrap={p: next(it) for p in spec.prefill_names},
             router_metrics=next(it),
         ))  # fmt: skip
+        # The stub fork server's imports (a quarter second) overlap the proxies' creation.
+        warm_up = getattr(self.runtime, "warm_up", None)
+        warming = self._pool.submit(warm_up, self.exe.python) if callable(warm_up) else None
         try:
             check_free({f"{n} http": p for n, p in self.plan.http.items()
                         if n != "router" or spec.router.managed}
@@ -132,8 +135,14 @@ class Topology:
                     url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
                     self.stubs[component.name] = StubClient(component.name, url)
             workers = [c for c in self.components.values() if c.role != "router"]
-            for component in workers:
-                self.runtime.start(component)
+            if warming is not None:
+                warming.result()
+            # Independent, so in parallel; every start ends before a failure is raised, so the
+            # rollback below never races a start still queued.
+            starts = [self._pool.submit(self.runtime.start, c) for c in workers]
+            wait(starts)
+            for started in starts:
+                started.result()
             # smg probes workers once at start and then backs off for seconds, so it starts
             # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
@@ -255,6 +264,10 @@ class Topology:
         for name in reversed(list(self.components)):
             with contextlib.suppress(Exception):
                 self.runtime.kill(name)
+        # The process runtime's stub fork server outlives its workers until released.
+        release_idle = getattr(self.runtime, "release_idle", None)
+        if callable(release_idle):
+            release_idle()
         for link in self.links.values():
             with contextlib.suppress(Exception):
                 self.toxiproxy.delete_proxy(link.proxy)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.errors import MissingBinaryError, WedgeError
+from pytest_wedge.loopback import loopback_client
 from pytest_wedge.topology.spec import LOOPBACK, ComponentSpec
 
 if TYPE_CHECKING:
@@ -142,12 +143,9 @@ class ToxiproxyClient:
     """A client for one Toxiproxy server (safe to have several in one process)."""
 
     def __init__(self, port: int, host: str = LOOPBACK) -> None:
-        import httpx
-
         self.host, self.port = host, port
         self.base_url = f"http://{host}:{port}"
-        # trust_env=False: proxy variables must never reroute loopback admin calls.
-        self._http = httpx.Client(base_url=self.base_url, timeout=10.0, trust_env=False)
+        self._http = loopback_client(base_url=self.base_url, timeout=10.0)
 
     def _send(self, method: str, path: str, what: str, json: Any = None) -> httpx.Response:
         import httpx

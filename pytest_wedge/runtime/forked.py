@@ -1,0 +1,190 @@
+"""The process runtime's side of the stub fork server (``pytest_wedge.stubs.forkserver``).
+
+One fork server per runtime and interpreter has imported the stub worker's modules once and
+forks a worker per request, so a worker is up in milliseconds instead of a quarter of a second
+of imports, and shares the imported pages copy-on-write. The workers are the server's
+children, not ours, so the server reports each one's end and :class:`ForkedProcess` offers
+what the runtime uses of ``subprocess.Popen``: ``pid``, ``poll()`` and ``wait()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from pytest_wedge.errors import ComponentStartError
+
+STUB_MODULE = "pytest_wedge.stubs"
+SERVER_MODULE = "pytest_wedge.stubs.forkserver"
+# The server imports aiohttp before its first answer: generous, since a loaded CI box is slow.
+FIRST_FORK_TIMEOUT_S = 60.0
+
+
+class Proc(Protocol):
+    """What the runtime needs of a child: ``subprocess.Popen`` and :class:`ForkedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def stub_args(argv: Sequence[str]) -> list[str] | None:
+    """The stub's own arguments when ``argv`` is ``python -m pytest_wedge.stubs ...``."""
+    if len(argv) >= 3 and tuple(argv[1:3]) == ("-m", STUB_MODULE):
+        return list(argv[3:])
+    return None
+
+
+class ForkedProcess:
+    """A worker the fork server forked; its exit code arrives through the server."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def ended(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+Spawn = Callable[[Sequence[str], Mapping[str, str], Path], "subprocess.Popen[bytes]"]
+
+
+class ForkServer:
+    """One running ``pytest_wedge.stubs.forkserver`` and the workers it forked for us.
+
+    ``spawn`` starts the server the way the runtime starts any component (its own process
+    group, death with its parent, the session's tags in its environment: a forked worker's
+    ``/proc/PID/environ`` is the server's, which is what the leftover sweep reads), but with
+    pipes for the protocol. A reader thread files every answer.
+    """
+
+    def __init__(self, python: str, spawn: Spawn, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc = spawn((python, "-m", SERVER_MODULE), {}, log_path)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._stdin: IO[bytes] = self.proc.stdin
+        self._write_lock = threading.Lock()
+        self._next_id = 0
+        self._replies: dict[int, Future[int]] = {}
+        self._workers: dict[int, ForkedProcess] = {}
+        self._early_exits: dict[int, int] = {}
+        self._gone = False  # its output ended: no request can be answered any more
+        self._guard = threading.Lock()
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,),
+                                        name="wedge-forkserver-reader", daemon=True)  # fmt: skip
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self._reader.is_alive()
+
+    @property
+    def idle(self) -> bool:
+        """No worker of ours is running or being forked: closing the server costs nothing."""
+        with self._guard:
+            return not self._workers and not self._replies
+
+    def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path,
+             name: str) -> ForkedProcess:  # fmt: skip
+        """Fork one worker running the stub with ``args``; returns once it has a PID."""
+        reply: Future[int] = Future()
+        with self._guard:
+            if self._gone:
+                raise self._failed(name, RuntimeError("the fork server exited"))
+            self._next_id += 1
+            request_id = self._next_id
+            self._replies[request_id] = reply
+        request = {"id": request_id, "args": list(args), "env": dict(env),
+                   "cwd": os.getcwd(), "log": str(log_path)}  # fmt: skip
+        try:
+            with self._write_lock:
+                self._stdin.write((json.dumps(request) + "\n").encode())
+                self._stdin.flush()
+            pid = reply.result(timeout=FIRST_FORK_TIMEOUT_S)
+        except (OSError, TimeoutError, RuntimeError) as exc:
+            raise self._failed(name, exc) from exc
+        with self._guard:
+            worker = self._workers.setdefault(pid, ForkedProcess(pid))
+            if pid in self._early_exits:  # it ended before we filed it
+                worker.ended(self._early_exits.pop(pid))
+        return worker
+
+    def _failed(self, name: str, exc: BaseException) -> ComponentStartError:
+        return ComponentStartError(
+            f"Cannot start {name}: the stub fork server did not fork it",
+            facts={"error": f"{type(exc).__name__}: {exc}",
+                   "fork server": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
+                   "log": str(self.log_path)},
+            log_tail=_tail(self.log_path),
+            fix="read the fork server's log tail; `python -m pytest_wedge.stubs --help` shows "
+            "whether the stub modules import in this environment",
+        )  # fmt: skip
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        for line in stdout:
+            message: dict[str, Any] = json.loads(line)
+            with self._guard:
+                if "exited" in message:
+                    self._file_exit(int(message["exited"]), int(message["code"]))
+                    continue
+                reply = self._replies.pop(int(message["id"]))
+            if "pid" in message:
+                reply.set_result(int(message["pid"]))
+            else:
+                reply.set_exception(RuntimeError(str(message.get("error"))))
+        # End of output: the server is gone, and its workers died with it (PDEATHSIG SIGKILL).
+        with self._guard:
+            self._gone = True
+            for reply in self._replies.values():
+                reply.set_exception(RuntimeError("the fork server exited"))
+            self._replies.clear()
+            for worker in self._workers.values():
+                worker.ended(-signal.SIGKILL)
+
+    def _file_exit(self, pid: int, code: int) -> None:
+        worker = self._workers.pop(pid, None)
+        if worker is None:
+            self._early_exits[pid] = code
+        else:
+            worker.ended(code)
+
+    def close(self) -> None:
+        """End of input: the server kills whatever it still runs and exits."""
+        try:
+            with self._write_lock:
+                self._stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._reader.join(timeout=5.0)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,183 @@
+"""`python -m pytest_wedge.stubs.forkserver`: one pre-imported parent that forks stub workers.
+
+A stub worker spends about 0.25 s of CPU and 40 MB importing aiohttp and prometheus_client.
+This server pays that once: it imports the worker's modules, freezes the heap out of the
+garbage collector (so a collection in a worker does not touch, and copy, the shared pages),
+and forks one worker per request. Each worker is still its own process: its own PID, its own
+session and process group (so SIGSTOP, SIGKILL and a restart act on it alone), its own log
+file, and it dies with this server by ``PR_SET_PDEATHSIG``, as this server dies with the
+runtime that started it.
+
+The server stays single-threaded and never runs an event loop: forking a process that has
+threads copies locks that no thread will ever release in the child.
+
+Protocol, one JSON object per line. Requests on stdin::
+
+    {"id": 1, "args": [<stub args>], "env": {...}, "cwd": "/path", "log": "/path/decode-0.log"}
+
+Answers on stdout: ``{"id": 1, "pid": 4242}`` (or ``{"id": 1, "error": "..."}``), and, when a
+worker ends, ``{"exited": 4242, "code": -9}`` (negative: killed by that signal, as
+``subprocess`` reports it). End of stdin means the owner is gone: every worker is killed and
+the server exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import random
+import selectors
+import signal
+import sys
+import traceback
+from typing import Any
+
+# The worker's own modules, imported before any fork: this is what the workers share.
+from .config import parse_args
+from .server import main as serve_worker
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Any:
+    """libc's prctl, resolved before any fork (never dlopen in a fresh child)."""
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # not glibc Linux: workers then rely on the end-of-stdin kill and the sweep
+
+
+_PRCTL = _prctl()
+
+
+def _send(message: dict[str, Any]) -> None:
+    # os.write, not sys.stdout: a forked child must never inherit half a buffered line.
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[os.write(1, data) :]
+
+
+def _become_worker(request: dict[str, Any], server_pid: int) -> None:
+    """In the forked child: detach, redirect, then run the stub. Never returns."""
+    code = 1
+    try:
+        os.setsid()  # its own session and process group: killpg reaches this worker only
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server_pid:  # the server died before prctl took effect
+            os._exit(1)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 65536)  # the server's pipes and selector are not the worker's
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        random.seed()  # a fork copies the parent's random state; a spawned worker seeds afresh
+        gc.enable()
+        serve_worker(parse_args(request["args"]))  # ends with os._exit(0)
+        code = 0
+    except SystemExit as exc:  # argparse's usage errors exit 2, as the spawned command does
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)
+
+
+class ForkServer:
+    """The request loop: fork on each request, report each worker's end, stop at stdin EOF."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.workers: set[int] = set()
+        self.pending = b""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        self.wake_r = wake_r
+        # SIGCHLD wakes the loop through this pipe; the handler itself does nothing.
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(0, selectors.EVENT_READ, "stdin")
+        self.selector.register(wake_r, selectors.EVENT_READ, "child")
+
+    def run(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "child":
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 512):
+                            pass
+                    self.reap()
+                elif not self.read_requests():
+                    self.shutdown()
+                    return
+
+    def read_requests(self) -> bool:
+        """Handle every complete request line; False at end of stdin."""
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return False
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.fork(json.loads(line))
+        return True
+
+    def fork(self, request: dict[str, Any]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _send({"id": request["id"], "error": f"fork failed: {exc}"})
+            return
+        if pid == 0:
+            _become_worker(request, self.pid)
+        self.workers.add(pid)
+        _send({"id": request["id"], "pid": pid})
+
+    def reap(self) -> None:
+        while self.workers:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.workers.discard(pid)
+            _send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def shutdown(self) -> None:
+        """The owner closed stdin (or died): no worker may outlive it."""
+        for pid in list(self.workers):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        for pid in list(self.workers):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def main() -> None:
+    # Objects imported so far are shared with every worker; freezing them keeps the
+    # collector from writing to (and so copying) their pages in each worker.
+    gc.collect()
+    gc.freeze()
+    gc.disable()  # nothing here allocates much; each worker turns collection back on
+    ForkServer().run()
+
+
+if __name__ == "__main__":
+    main()
