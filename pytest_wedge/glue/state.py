@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
 # this module is loaded with the plugin, in every pytest run of an environment that has it.
 HANDLES_KEY = pytest.StashKey[list["Wedge"]]()
+# The key under which an xdist controller hands its run folder to its workers.
+RUN_DIR_KEY = "wedge_run_dir"
 
 
 class WedgePlugin:
@@ -32,6 +34,8 @@ class WedgePlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.sessions: dict[str, WedgeSession] = {}
+        self._run_dir: Path | None = None
+        self._owns_run_dir = False
         try:
             self.settings = {name: resolve_from(config, name) for name in SETTINGS}
         except ConfigError as exc:
@@ -83,6 +87,30 @@ class WedgePlugin:
                 "this user can create and write",
             ) from exc
 
+    def run_dir(self) -> Path:
+        """This run's artifacts folder (``run-N``), made on first use. An xdist worker uses
+        its controller's, so one run is one folder whatever ``-n`` is."""
+        if self._run_dir is not None:
+            return self._run_dir
+        given = getattr(self.config, "workerinput", {}).get(RUN_DIR_KEY)
+        if given:
+            self._run_dir = Path(given)
+            return self._run_dir
+        from pytest_wedge.glue.runs import make_run_dir
+
+        setting = self.settings["wedge_artifacts"]
+        try:
+            self._run_dir = make_run_dir(setting.value, keep=self.value("wedge_keep_runs"))
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot create this run's folder in the artifacts directory {setting.value!r}",
+                facts={"from": setting.source, "error": exc},
+                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
+                "this user can create and write",
+            ) from exc
+        self._owns_run_dir = True
+        return self._run_dir
+
     def session(self, runtime: str | None = None) -> WedgeSession:
         runtime = runtime or self.value("wedge_runtime")
         assert runtime is not None
@@ -105,7 +133,7 @@ class WedgePlugin:
 
         session = WedgeSession(
             runtime=runtime,
-            artifacts_dir=self.value("wedge_artifacts"),
+            artifacts_dir=self.run_dir(),
             toxiproxy_binary=self.toxiproxy().path,
             runtime_factory=factory,
             ready_timeout_s=self.value("wedge_ready_timeout"),
@@ -117,6 +145,10 @@ class WedgePlugin:
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+        if self._owns_run_dir and self._run_dir is not None:
+            from pytest_wedge.glue.runs import release_run_dir
+
+            release_run_dir(self._run_dir)
 
 
 PLUGIN_KEY = pytest.StashKey[WedgePlugin]()
@@ -170,11 +202,18 @@ def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> W
         topology.reset()
     from pytest_wedge.handle import Wedge
 
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
-    artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
-    handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
-    item.stash.setdefault(HANDLES_KEY, []).append(handle)
+    handles = item.stash.setdefault(HANDLES_KEY, [])
+    handle = Wedge(topology, artifacts_folder(plugin.run_dir(), item.nodeid, len(handles)),
+                   probe_interval_s=plugin.value("wedge_probe_interval"))  # fmt: skip
+    handles.append(handle)
     return handle
+
+
+def artifacts_folder(run_dir: Path, nodeid: str, index: int) -> Path:
+    """``<run>/tests/<test id>``; a test's second topology (``wedge_factory``) gets its own
+    folder, ``<test id>@2``, so two topologies never write over each other's artifacts."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid)[-120:]
+    return run_dir / "tests" / (safe if index == 0 else f"{safe}@{index + 1}")
 
 
 def close_handles(item: pytest.Item) -> None:
