@@ -190,3 +190,26 @@ def test_a_ctrl_c_during_a_hang_gets_a_report_taken_before_teardown(
                           / "diagnosis.json").read_text())  # fmt: skip
     assert summary["test"]["outcome"] == "interrupted"
     assert summary["moment"]["components"]["router"] == "paused"
+
+
+TWO_FAILURES = """
+def test_a(wedge):
+    assert False, "a"
+
+
+def test_b(wedge):
+    assert False, "b"
+"""
+
+
+def test_xdist_workers_write_into_one_run_folder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_two=TWO_FAILURES)
+    result = run(pytester, "-n", "2")
+    result.assert_outcomes(failed=2)
+    base = pytester.path / ".wedge-artifacts"
+    assert [p.name for p in base.glob("run-*")] == ["run-1"]
+    run_dir = (base / "latest").resolve()
+    assert sorted(p.name for p in (run_dir / "tests").iterdir()) == [
+        "test_two.py_test_a", "test_two.py_test_b"]  # fmt: skip
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("gw")) == ["gw0", "gw1"]
+    assert not (run_dir / ".lock").exists()  # released when the run ended
