@@ -8,7 +8,6 @@ without pytest (see ``pytest_wedge.topology.session``).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,12 +196,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist: every worker writes into the controller's run folder."""
-    from pytest_wedge.glue.state import RUN_DIR_KEY
+    """pytest-xdist: every worker writes into the controller's run folder, which the first
+    worker that needs it makes (a run without wedge tests makes none)."""
+    from pytest_wedge.glue.state import ARTIFACTS_KEY, RUN_OWNER_KEY
 
-    # On a bad artifacts directory the startup check names the problem; workers try their own.
-    with contextlib.suppress(ConfigError):
-        node.workerinput[RUN_DIR_KEY] = str(plugin_of(node.config).run_dir())
+    owner, base = plugin_of(node.config).run_owner()
+    node.workerinput[RUN_OWNER_KEY] = owner
+    node.workerinput[ARTIFACTS_KEY] = str(base)
 
 
 def _point_at_the_test(item: pytest.Item, call: pytest.CallInfo[None],

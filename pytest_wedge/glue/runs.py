@@ -8,16 +8,21 @@ Layout of the artifacts directory::
     run-7/                this run: component logs per xdist worker, tests/<test id>/...
     run-6/ run-5/         older runs, removed beyond the number kept
 
-A run folder holds a ``.lock`` naming the process that owns it while the run lasts, so a run
-that starts while another is still going never removes the folder under its feet.
+A run folder holds a ``.lock`` naming the process that owns the run (``pid create_time``) while
+the run lasts, so a run that starts while another is still going never removes the folder under
+its feet. The folder is made on first use, so a run without wedge tests makes none. Under
+pytest-xdist the owner is the controller: the first worker that needs the folder makes it, and
+the others find it by that owner (``.runs.lock`` serialises them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -25,6 +30,7 @@ import psutil
 RUN_PREFIX = "run-"
 LATEST = "latest"
 LOCK = ".lock"
+RUNS_LOCK = ".runs.lock"
 GITIGNORE_TEXT = "# Created by pytest-wedge: artifacts are not sources.\n*\n"
 _RUN_NAME = re.compile(rf"^{RUN_PREFIX}(\d+)$")
 
@@ -74,31 +80,60 @@ def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> li
     return removed
 
 
-def make_run_dir(base: str | Path, keep: int = 3) -> Path:
-    """Create the next ``run-N`` under ``base`` (absolute), point ``latest`` at it, write the
-    ``.gitignore``, and remove runs beyond the newest ``keep``."""
+def this_process() -> str:
+    """The owner token of a run made by this process: ``pid create_time``."""
+    me = psutil.Process()
+    return f"{me.pid} {me.create_time()}"
+
+
+@contextlib.contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """One process at a time picks or makes a run folder (xdist workers start together)."""
+    with (root / RUNS_LOCK).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_of(root: Path, owner: str) -> Path | None:
+    for _, run in reversed(_numbered_runs(root)):
+        with contextlib.suppress(OSError):
+            if (run / LOCK).read_text() == owner:
+                return run
+    return None
+
+
+def make_run_dir(base: str | Path, keep: int = 3, *, owner: str | None = None) -> Path:
+    """This run's folder under ``base``: the one ``owner`` already made (an xdist sibling
+    worker's), else the next ``run-N``, with ``latest`` pointed at it, the ``.gitignore``
+    written, and runs beyond the newest ``keep`` removed."""
     root = Path(base).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    gitignore = root / ".gitignore"
-    if not gitignore.exists():
-        gitignore.write_text(GITIGNORE_TEXT)
-    while True:
+    owner = owner or this_process()
+    with _exclusive(root):
+        found = _run_of(root, owner)
+        if found is not None:
+            return found
+        gitignore = root / ".gitignore"
+        if not gitignore.exists():
+            gitignore.write_text(GITIGNORE_TEXT)
         runs = _numbered_runs(root)
-        number = runs[-1][0] + 1 if runs else 1
-        run = root / f"{RUN_PREFIX}{number}"
-        try:
-            run.mkdir()  # atomic: two runs starting at once never share a number
-            break
-        except FileExistsError:
-            continue
-    me = psutil.Process()
-    (run / LOCK).write_text(f"{me.pid} {me.create_time()}")
-    _point_latest(root, run)
-    remove_old_runs(root, keep, current=run)
+        run = root / f"{RUN_PREFIX}{runs[-1][0] + 1 if runs else 1}"
+        run.mkdir()
+        (run / LOCK).write_text(owner)
+        _point_latest(root, run)
+        remove_old_runs(root, keep, current=run)
     return run
 
 
-def release_run_dir(run: Path) -> None:
-    """The run is over: its folder may be removed by a later run."""
-    with contextlib.suppress(FileNotFoundError):
-        (run / LOCK).unlink()
+def release_run_dir(base: str | Path, owner: str | None = None) -> None:
+    """The run is over: its folder (if one was made) may be removed by a later run."""
+    root = Path(base).absolute()
+    if not root.is_dir():
+        return
+    run = _run_of(root, owner or this_process())
+    if run is not None:
+        with contextlib.suppress(FileNotFoundError):
+            (run / LOCK).unlink()

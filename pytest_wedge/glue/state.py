@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
 # this module is loaded with the plugin, in every pytest run of an environment that has it.
 HANDLES_KEY = pytest.StashKey[list["Wedge"]]()
-# The key under which an xdist controller hands its run folder to its workers.
-RUN_DIR_KEY = "wedge_run_dir"
+# The keys under which an xdist controller hands its workers the owner of this run's folder
+# and the artifacts directory (absolute): the first worker that needs the folder makes it.
+RUN_OWNER_KEY = "wedge_run_owner"
+ARTIFACTS_KEY = "wedge_artifacts_dir"
 
 
 class WedgePlugin:
@@ -35,7 +37,6 @@ class WedgePlugin:
         self.config = config
         self.sessions: dict[str, WedgeSession] = {}
         self._run_dir: Path | None = None
-        self._owns_run_dir = False
         try:
             self.settings = {name: resolve_from(config, name) for name in SETTINGS}
         except ConfigError as exc:
@@ -87,20 +88,26 @@ class WedgePlugin:
                 "this user can create and write",
             ) from exc
 
+    def run_owner(self) -> tuple[str, Path]:
+        """Who owns this run's folder and where it goes: this process, or, in an xdist
+        worker, its controller (so one run is one folder whatever ``-n`` is)."""
+        given = getattr(self.config, "workerinput", {})
+        if RUN_OWNER_KEY in given:
+            return given[RUN_OWNER_KEY], Path(given[ARTIFACTS_KEY])
+        from pytest_wedge.glue.runs import this_process
+
+        return this_process(), Path(self.value("wedge_artifacts")).absolute()
+
     def run_dir(self) -> Path:
-        """This run's artifacts folder (``run-N``), made on first use. An xdist worker uses
-        its controller's, so one run is one folder whatever ``-n`` is."""
+        """This run's artifacts folder (``run-N``), made on first use."""
         if self._run_dir is not None:
-            return self._run_dir
-        given = getattr(self.config, "workerinput", {}).get(RUN_DIR_KEY)
-        if given:
-            self._run_dir = Path(given)
             return self._run_dir
         from pytest_wedge.glue.runs import make_run_dir
 
+        owner, base = self.run_owner()
         setting = self.settings["wedge_artifacts"]
         try:
-            self._run_dir = make_run_dir(setting.value, keep=self.value("wedge_keep_runs"))
+            self._run_dir = make_run_dir(base, self.value("wedge_keep_runs"), owner=owner)
         except OSError as exc:
             raise ConfigError(
                 f"Cannot create this run's folder in the artifacts directory {setting.value!r}",
@@ -108,7 +115,6 @@ class WedgePlugin:
                 fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
                 "this user can create and write",
             ) from exc
-        self._owns_run_dir = True
         return self._run_dir
 
     def session(self, runtime: str | None = None) -> WedgeSession:
@@ -145,10 +151,11 @@ class WedgePlugin:
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
-        if self._owns_run_dir and self._run_dir is not None:
+        if not hasattr(self.config, "workerinput"):  # the owner ends the run, not a worker
             from pytest_wedge.glue.runs import release_run_dir
 
-            release_run_dir(self._run_dir)
+            owner, base = self.run_owner()
+            release_run_dir(base, owner)
 
 
 PLUGIN_KEY = pytest.StashKey[WedgePlugin]()

@@ -213,3 +213,9 @@ def test_xdist_workers_write_into_one_run_folder(pytester: pytest.Pytester) -> N
         "test_two.py_test_a", "test_two.py_test_b"]  # fmt: skip
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("gw")) == ["gw0", "gw1"]
     assert not (run_dir / ".lock").exists()  # released when the run ended
+
+
+def test_a_run_without_wedge_tests_makes_no_run_folder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_plain(): pass")
+    run(pytester, "-n", "2").assert_outcomes(passed=1)
+    assert not (pytester.path / ".wedge-artifacts").exists()

@@ -12,13 +12,17 @@ import pytest
 from pytest_wedge.diagnostics.artifacts import _copy_window
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.glue.config import resolve
-from pytest_wedge.glue.runs import LOCK, make_run_dir, release_run_dir
+from pytest_wedge.glue.runs import make_run_dir, release_run_dir, this_process
 from pytest_wedge.glue.state import artifacts_folder
+
+_runs = iter(range(1, 1000))
 
 
 def finished_run(base: Path, keep: int = 3) -> Path:
-    run = make_run_dir(base, keep=keep)
-    release_run_dir(run)
+    """A run by another process, which has ended (a token no live process has)."""
+    owner = f"{next(_runs)} 0"
+    run = make_run_dir(base, keep=keep, owner=owner)
+    release_run_dir(base, owner)
     return run
 
 
@@ -45,16 +49,23 @@ def test_a_run_still_going_is_never_removed(tmp_path: Path) -> None:
     going = make_run_dir(tmp_path, keep=1)  # this process owns it: its lock is live
     finished_run(tmp_path, keep=1)
     assert going.is_dir()
-    release_run_dir(going)
+    release_run_dir(tmp_path)
     finished_run(tmp_path, keep=1)
     assert not going.exists()
 
 
+def test_workers_of_one_owner_share_its_run(tmp_path: Path) -> None:
+    """xdist: each worker asks with the controller's token; the first one makes the folder."""
+    controller = this_process()
+    first = make_run_dir(tmp_path, owner=controller)
+    assert make_run_dir(tmp_path, owner=controller) == first
+    assert finished_run(tmp_path) != first
+
+
 def test_a_crashed_runs_stale_lock_does_not_keep_it(tmp_path: Path) -> None:
-    crashed = finished_run(tmp_path, keep=1)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
-    (crashed / LOCK).write_text(f"{dead.stdout.strip()} 0")
+    crashed = make_run_dir(tmp_path, keep=1, owner=f"{dead.stdout.strip()} 0")  # never released
     finished_run(tmp_path, keep=1)
     assert not crashed.exists()
 
