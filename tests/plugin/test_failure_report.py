@@ -156,7 +156,9 @@ from pytest_wedge.waiting import wait_for
 def test_hangs_until_interrupted(wedge):
     wedge.apply(Pause("router"))
     harness = wedge.harness(agents=3, rounds=1, client_timeout_s=None)
-    wait_for(lambda: len(wedge.ledger.records) == 3, timeout_s=30, what="3 requests sent")
+    # Interrupted only once the wedge shows: its requests are overdue, not merely sent.
+    wait_for(lambda: wedge.diagnose().location == "router", timeout_s=30,
+             what="the paused router to show as a wedge")
     Path("hanging").write_text("")
     harness.wait()  # never returns: the router is paused
 """
