@@ -7,6 +7,7 @@ everything it started (loads, faults) is stopped and reverted at the end of the 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from pytest_wedge.watchdogs.kinds import Watchdog
 from pytest_wedge.watchdogs.quiet import QuietCheck, expect_quiet
 
 if TYPE_CHECKING:
-    from pytest_wedge.diagnostics import Diagnosis
+    from pytest_wedge.diagnostics import Diagnosis, Moment
 
 
 class Wedge:
@@ -37,13 +38,23 @@ class Wedge:
         *,
         probe_interval_s: float = 0.1,
     ) -> None:
+        from pytest_wedge.diagnostics.artifacts import log_offsets
+
         self.topology = topology
+        self.started = time.time()
+        # Component logs are shared by every test on this topology: this test's part of each
+        # starts at these offsets.
+        self.log_offsets = log_offsets(topology)
         self.faults = FaultSet(topology)
         self.ledger = ClientLedger()
         self.artifacts_dir = artifacts_dir
         self._loads: list[BackgroundLoad] = []
         self.watchdogs: list[Watchdog] = []
         self.clear_checks: list[ClearCheck] = []
+        # Taken when an exception leaves a fault block, before the fault is reverted.
+        self.failure_moment: Moment | None = None
+        # The test's own last diagnose(), with the moment it describes.
+        self.last_diagnosis: Moment | None = None
         self.probe: Probe | None = None
         self.link_meter: LinkMeter | None = None
         if probe_interval_s > 0:
@@ -78,8 +89,29 @@ class Wedge:
 
     @contextlib.contextmanager
     def fault(self, fault: Fault) -> Iterator[Fault]:
+        """``with wedge.fault(Pause("router")):`` - reverted on exit, even on error.
+
+        When an exception (a failed assertion, a timeout, Ctrl-C) leaves the block, the
+        evidence is taken first, so the failure report shows the fault still active.
+        """
         with self.faults.active(fault) as active:
-            yield active
+            try:
+                yield active
+            except GeneratorExit:
+                raise
+            except BaseException as exc:
+                self._capture_failure(exc)
+                raise
+
+    def _capture_failure(self, error: BaseException) -> None:
+        if self.failure_moment is not None and self.failure_moment.caused(error):
+            return  # an inner fault block took it, with more faults still active
+        from pytest_wedge.diagnostics import capture_moment
+
+        with contextlib.suppress(Exception):  # the test's own exception is what must surface
+            label = "at Ctrl-C" if isinstance(error, KeyboardInterrupt) else "at failure"
+            self.failure_moment = capture_moment(self, label, error=error,
+                                                 test_started=self.started)  # fmt: skip
 
     # -- load ----------------------------------------------------------------------------------
     def harness(self, **options: Any) -> Harness:
@@ -151,10 +183,22 @@ class Wedge:
 
     # -- diagnosis and watchdogs --------------------------------------------------------------
     def diagnose(self, origin: str = "harness", overdue_after_s: float = 1.0) -> Diagnosis:
-        """Where are ``origin``'s requests stuck? Other origins' activity is a red herring."""
-        from pytest_wedge.diagnostics import diagnose
+        """Where are ``origin``'s requests stuck? Other origins' activity is a red herring.
 
-        return diagnose(self, origin=origin, overdue_after_s=overdue_after_s)
+        Requests that failed before the latest fault was applied do not count. The result is
+        kept (``last_diagnosis``) with its moment, for the failure report.
+        """
+        from pytest_wedge.diagnostics import capture_moment
+
+        moment = capture_moment(
+            self,
+            "at diagnose()",
+            origin=origin,
+            overdue_after_s=overdue_after_s,
+            test_started=self.started,
+        )
+        self.last_diagnosis = moment
+        return moment.diagnosis
 
     def expect_cleared(
         self,
@@ -193,10 +237,15 @@ class Wedge:
             load.stop()
 
     def close(self) -> list[str]:
-        """Stop loads and revert faults; returns revert errors for the report."""
-        self.stop_loads()
+        """Revert faults, then stop loads; returns revert errors for the report.
+
+        Faults go first: a load stopped while a toxic holds its connections leaves Toxiproxy
+        tearing them down, and removing a latency toxic then stalled for about 70 s.
+        """
         if self.probe is not None:
             self.probe.stop()
         if self.link_meter is not None:
             self.link_meter.stop()
-        return self.faults.revert_all()
+        errors = self.faults.revert_all()
+        self.stop_loads()
+        return errors

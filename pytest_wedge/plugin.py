@@ -60,6 +60,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     plugin = WedgePlugin(config)
     config.stash[PLUGIN_KEY] = plugin
+    if config.getoption("xmlpath", None) and not hasattr(config, "workerinput"):
+        from pytest_wedge.glue.junit import WedgeJUnit
+
+        # The wedge text also goes into each failed test's JUnit system-out.
+        config.pluginmanager.register(WedgeJUnit(config), "wedge-junit")
     scenario_items.configure(config)
     # xdist: one worker per topology shape (glue/grouping.py); a no-op without xdist.
     config.pluginmanager.register(ShapeGrouping(), "wedge-grouping")
@@ -163,31 +168,44 @@ def pytest_runtest_makereport(
     wedge section in the terminal and JUnit XML, and the artifacts on disk."""
     report: pytest.TestReport = yield  # type: ignore[assignment]
     _point_at_the_test(item, call, report)
-    handles = item.stash.get(HANDLES_KEY, [])
-    if not handles or report.when != "call":
-        return report  # type: ignore[return-value]
-    from pytest_wedge.glue.report import build_report, keep_artifacts
+    if item.stash.get(HANDLES_KEY, []) and report.when == "call":
+        from pytest_wedge.glue.failure import report_call
 
-    keep = plugin_of(item.config).value("wedge_keep")
-    hook = item.config.hook
-
-    def extra(wedge: Wedge, origin: str) -> list[str]:
-        lines = hook.pytest_wedge_diagnose(wedge=wedge, origin=origin)
-        return [line for result in lines if result for line in result]
-
-    for handle in handles:
-        try:
-            if report.failed:
-                text, data = build_report(handle, extra_evidence=extra)
-                hook.pytest_wedge_report(wedge=handle, report=data)
-                report.sections.append(("wedge", text))
-                # JUnit XML writes properties, not custom sections: CI test views show it.
-                item.user_properties.append(("wedge", text))
-            elif keep:
-                keep_artifacts(handle)
-        except Exception as exc:  # the report must never hide the test's own failure
-            report.sections.append(("wedge", f"(the wedge report failed: {exc!r})"))
+        report_call(item, report, call.excinfo.value if call.excinfo else None)
     return report  # type: ignore[return-value]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A Ctrl-C'd hang gets its report too, taken before teardown reverts anything."""
+    try:
+        return (yield)
+    except KeyboardInterrupt as exc:
+        if item.stash.get(HANDLES_KEY, []):
+            from pytest_wedge.glue.failure import report_interrupt
+
+            report_interrupt(item, exc)
+        raise
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The reports of tests interrupted by Ctrl-C (they have no failure report to carry one)."""
+    from pytest_wedge.glue.failure import interrupted_reports
+
+    for nodeid, text in interrupted_reports(terminalreporter.config):
+        terminalreporter.write_sep("_", f"wedge report: {nodeid} (interrupted)")
+        terminalreporter.write_line(text)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: every worker writes into the controller's run folder, which the first
+    worker that needs it makes (a run without wedge tests makes none)."""
+    from pytest_wedge.glue.state import ARTIFACTS_KEY, RUN_OWNER_KEY
+
+    owner, base = plugin_of(node.config).run_owner()
+    node.workerinput[RUN_OWNER_KEY] = owner
+    node.workerinput[ARTIFACTS_KEY] = str(base)
 
 
 def _point_at_the_test(item: pytest.Item, call: pytest.CallInfo[None],

@@ -16,6 +16,13 @@ from pytest_wedge.diagnostics.artifacts import write_artifacts
 from pytest_wedge.diagnostics.blind import locate_blind
 from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
 from pytest_wedge.diagnostics.locator import locate
+from pytest_wedge.diagnostics.moment import (
+    Moment,
+    active_fault_labels,
+    component_states,
+    current_window_start,
+    main_origin,
+)
 from pytest_wedge.diagnostics.timeline import render_timeline
 from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.probe import Probe
@@ -23,7 +30,7 @@ from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.evidence.stacks import dump_stacks
 
 if TYPE_CHECKING:
-    from pytest_wedge.scene import Scene
+    from pytest_wedge.scene import ActiveScene, Scene
 
 Locator = Literal["blind", "oracle"]
 DEFAULT_LOCATOR: Locator = "blind"
@@ -61,6 +68,18 @@ def judge(
     return blind
 
 
+def _snapshot(
+    scene: Scene, overdue_after_s: float, probe: Probe | None, since: float | None, truth: bool
+) -> Snapshot:
+    """One collection of ``scene``; the probe's samples give the earlier points of counters
+    and link traffic, which saves a second read."""
+    probe = probe if probe is not None else getattr(scene, "probe", None)
+    start = since if since is not None else time.time() - max(TRAFFIC_WINDOW_S, 3 * overdue_after_s)
+    before = probe.latest_slow(min_age_s=0.2) if probe is not None else None
+    window = probe.slow_before(start) if probe is not None else None
+    return collect(scene.topology, scene.ledger, before=before, window=window, truth=truth)
+
+
 def diagnose(
     scene: Scene,
     origin: str = "harness",
@@ -75,29 +94,47 @@ def diagnose(
     """Collect a snapshot of ``scene``'s topology and locate ``origin``'s wedge.
 
     ``scene`` is anything with a ``topology`` and a client ``ledger`` (the ``wedge`` handle
-    is one; its ``probe``, if any, is used). The probe's samples give the earlier points of
-    counters and link traffic, which saves a second read. ``since`` is the start of the
-    current fault window (e.g. the latest ``FaultWindow.started``): failures that ended before
-    it do not outvote requests stuck now. ``oracle=False`` skips the ground truth (faster).
+    is one; its ``probe``, if any, is used). ``since`` is the start of the current fault
+    window (e.g. the latest ``FaultWindow.started``): failures that ended before it do not
+    outvote requests stuck now. ``oracle=False`` skips the ground truth (faster).
     """
-    probe = probe if probe is not None else getattr(scene, "probe", None)
-    start = since if since is not None else time.time() - max(TRAFFIC_WINDOW_S,
-                                                               3 * overdue_after_s)
-    before = probe.latest_slow(min_age_s=0.2) if probe is not None else None
-    window = probe.slow_before(start) if probe is not None else None
     truth = locator == "oracle" or oracle
-    snapshot = collect(scene.topology, scene.ledger, before=before, window=window, truth=truth)
+    snapshot = _snapshot(scene, overdue_after_s, probe, since, truth)
     return judge(snapshot, origin, overdue_after_s, window_s=window_s, since=since,
                  locator=locator, oracle=oracle)  # fmt: skip
+
+
+def capture_moment(
+    scene: ActiveScene,
+    label: str,
+    *,
+    test_started: float,
+    origin: str | None = None,
+    overdue_after_s: float = 1.0,
+    error: BaseException | None = None,
+) -> Moment:
+    """Everything a report needs about *now*: active faults and component states (read
+    first, before the collection's second or so lets anything change), the snapshot, and
+    the diagnosis of ``origin`` (default: the origin under test) since the current fault."""
+    faults = active_fault_labels(scene.faults)
+    states = component_states(scene.topology)
+    since = current_window_start(scene.faults)
+    snapshot = _snapshot(scene, overdue_after_s, None, since, True)
+    origin = origin or main_origin(scene.ledger)
+    diagnosis = judge(snapshot, origin, overdue_after_s, since=since)
+    return Moment(label, snapshot.taken_at, test_started, faults, states, snapshot, diagnosis,
+                  error)  # fmt: skip
 
 
 __all__ = [
     "DEFAULT_LOCATOR",
     "Diagnosis",
+    "Moment",
     "Observed",
     "Probe",
     "RequestDetail",
     "Snapshot",
+    "capture_moment",
     "collect",
     "diagnose",
     "dump_stacks",

@@ -2,12 +2,13 @@
 
 Layout of ``directory``::
 
-    diagnosis.json        location, evidence, stuck, red_herrings, watchdogs, fault windows
+    diagnosis.json        location, evidence, stuck, red_herrings, watchdogs, fault windows,
+                          and (from a test) the node id, outcome, failure and the moment
     snapshot.json         the full evidence the locator ran on (re-run it offline)
     ledgers/client.json   the client ledger (pytest-wedge/client-ledger format)
     ledgers/<name>.json   each worker's ledger entries
     stacks.txt            only when stacks were taken
-    logs/<name>.log       copies of the component logs
+    logs/<name>.log       each component's log from the test's start (its own window)
     timeline.html         self-contained timeline
     timeline.trace.json   the same as Chrome trace events (Perfetto, chrome://tracing)
 """
@@ -18,7 +19,7 @@ import json
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
 from pytest_wedge.diagnostics.timeline import Mark, fault_dict, write_timeline
@@ -27,18 +28,38 @@ from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
 
+if TYPE_CHECKING:
+    from pytest_wedge.topology.running import Topology
+
 # Logs can be large after a long session; the tail is what a wedge report needs.
 MAX_LOG_BYTES = 2 * 1024 * 1024
 
 
-def _copy_tail(source: Path, target: Path) -> None:
+def log_offsets(topology: Topology) -> dict[str, int]:
+    """How long each component's log is now: a test's own part of it starts there."""
+    offsets = {}
+    for name in topology.components:
+        path = topology.runtime.log_path(name)
+        if path:
+            try:
+                offsets[name] = Path(path).stat().st_size
+            except OSError:  # not written yet: the whole log is the test's
+                offsets[name] = 0
+    return offsets
+
+
+def _copy_window(source: Path, target: Path, start: int = 0) -> None:
+    """Copy ``source`` from byte ``start`` (the test's window), at most its last 2 MB."""
     size = source.stat().st_size
-    if size <= MAX_LOG_BYTES:
-        shutil.copyfile(source, target)
-        return
+    if start > size:  # the log was replaced (a new session): all of it is new
+        start = 0
+    begin = max(start, size - MAX_LOG_BYTES)
     with source.open("rb") as src, target.open("wb") as dst:
-        src.seek(size - MAX_LOG_BYTES)
-        dst.write(f"[... first {size - MAX_LOG_BYTES} bytes cut ...]\n".encode())
+        if start:
+            dst.write(f"[... {start} bytes before this test left out ...]\n".encode())
+        if begin > start:
+            dst.write(f"[... {begin - start} more bytes of this test cut ...]\n".encode())
+        src.seek(begin)
         shutil.copyfileobj(src, dst)
 
 
@@ -55,9 +76,16 @@ def write_artifacts(
     title: str | None = None,
     failure: str | None = None,
     marks: Iterable[Mark] = (),
+    log_offsets: dict[str, int] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Path:
-    """Write every artifact under ``directory`` (created); returns the directory. The last four
-    keywords go to the timeline (see :func:`~pytest_wedge.diagnostics.timeline.write_timeline`)."""
+    """Write every artifact under ``directory`` (created); returns the directory.
+
+    ``log_offsets`` cut each log to the test's window; ``context`` (the test's node id,
+    outcome, failure headline and the moment shown) goes into ``diagnosis.json``. The
+    ``link_rates``, ``title``, ``failure`` and ``marks`` keywords go to the timeline (see
+    :func:`~pytest_wedge.diagnostics.timeline.write_timeline`).
+    """
     out = Path(directory)
     (out / "ledgers").mkdir(parents=True, exist_ok=True)
     faults = [fault_dict(w) for w in fault_windows]
@@ -65,6 +93,7 @@ def write_artifacts(
     summary["watchdogs"] = [*diagnosis.watchdogs, *watchdogs]
     summary["faults"] = faults
     summary["rendered"] = diagnosis.render()
+    summary.update(context or {})
     (out / "diagnosis.json").write_text(json.dumps(summary, indent=2, default=str))
     (out / "snapshot.json").write_text(snapshot.to_json())
     client = {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "records": snapshot.client}
@@ -78,7 +107,8 @@ def write_artifacts(
         for name, path in snapshot.log_paths.items():
             source = Path(path)
             if source.is_file():
-                _copy_tail(source, out / "logs" / f"{name}.log")
+                start = (log_offsets or {}).get(name, 0)
+                _copy_window(source, out / "logs" / f"{name}.log", start)
     write_timeline(out, diagnosis, snapshot, faults, watchdogs, samples, link_rates=link_rates,
                    title=title, failure=failure, marks=marks)  # fmt: skip
     return out

@@ -98,7 +98,8 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "wedge_artifacts",
-            "Directory for wedge reports, ledgers, logs and timelines (one folder per test).",
+            "Directory for wedge reports, ledgers, logs and timelines: one run-N folder per "
+            "run (latest links to the newest), one folder per test inside it.",
             ".wedge-artifacts",
             env="PYTEST_WEDGE_ARTIFACTS",
         ),
@@ -107,6 +108,14 @@ SETTINGS: dict[str, Setting] = {
             "Keep artifacts of passing tests too (by default only failures keep theirs).",
             False,
             env="PYTEST_WEDGE_KEEP",
+        ),
+        Setting(
+            "wedge_keep_runs",
+            "How many runs' artifact folders (run-N under the artifacts directory) to keep, "
+            "the newest; older ones are removed when a run starts (0 keeps every run).",
+            3,
+            env="PYTEST_WEDGE_KEEP_RUNS",
+            allow_zero=True,
         ),
         Setting(
             "wedge_probe_interval",
@@ -148,6 +157,11 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
             if text in ("0", "false", "no", "off", ""):
                 return False
             raise ValueError(f"expected true or false, got {raw!r}")
+        if isinstance(setting.default, int) and not isinstance(setting.default, float):
+            count = int(str(raw).strip())
+            if count < 0 or (count == 0 and not setting.allow_zero):
+                raise ValueError("must be >= 0" if setting.allow_zero else "must be > 0")
+            return count
         if isinstance(setting.default, float):
             value = float(raw)
             if value < 0 or (value == 0 and not setting.allow_zero):

@@ -1,9 +1,18 @@
-"""The wedge report of a failed (or timed-out) test: diagnosis, watchdogs and artifacts.
+"""The wedge report of a failed, timed-out or interrupted test: the moment it shows, the
+diagnosis, watchdogs and artifacts.
 
-The diagnosis is the blind locator's (what an operator would see), with its confidence, the
-lines that decided it and the hypotheses it ruled out. The oracle (the ledger walk over the
-ground truth) runs on the same snapshot; when the two disagree the report and
-``diagnosis.json`` show both.
+The report shows the evidence *at the moment of failure*, never a later one that could
+contradict the failed assertion:
+
+1. the moment taken when the failing exception left a ``with wedge.fault(...)`` block, before
+   the fault was reverted;
+2. else, when the failure carries the diagnosis it is about (a scenario's), the test's own
+   ``diagnose()`` that produced it;
+3. else, a snapshot now: the call phase has just ended and teardown has not reverted anything.
+
+The test's last ``diagnose()`` is shown too, with its own moment, and flagged when it differs.
+The diagnosis is the blind locator's (what an operator would see), with its confidence; the
+oracle runs on the same snapshot and is shown when the two disagree.
 
 Everything here is best effort: a report must never turn a test failure into an internal
 error, so each part that cannot be had is named in the report instead.
@@ -12,53 +21,49 @@ error, so each part that cannot be had is named in the report instead.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_wedge.diagnostics import (
-    TRAFFIC_WINDOW_S,
-    collect,
-    dump_stacks,
-    judge,
-    locate,
-    write_artifacts,
-)
+from pytest_wedge.diagnostics import Moment, capture_moment, dump_stacks, locate, write_artifacts
+from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_start
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
 from pytest_wedge.watchdogs.kinds import watchdog_report
 
-
-def main_origin(wedge: Wedge) -> str:
-    """The origin under test: ``harness`` when present, else the first origin that sent."""
-    origins = wedge.ledger.origins()
-    return "harness" if "harness" in origins or not origins else origins[0]
+ARTIFACT_FILES = "diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html"
 
 
-def build_report(
-    wedge: Wedge,
-    *,
-    extra_evidence: Callable[[Wedge, str], Sequence[str]] = lambda w, o: (),
-    with_stacks: bool = True,
-) -> tuple[str, dict[str, Any]]:
-    """Diagnose ``wedge``, write its artifacts, and return (section text, report data)."""
-    origin = main_origin(wedge)
-    lines: list[str] = []
-    data: dict[str, Any] = {"origin": origin}
-    windows = list(wedge.faults.windows)
-    since = max((w.started for w in windows), default=None)
-    start = since if since is not None else time.time() - TRAFFIC_WINDOW_S
-    probe = wedge.probe
-    before = probe.latest_slow(0.2) if probe else None
-    window = probe.slow_before(start) if probe else None
-    snapshot = collect(wedge.topology, wedge.ledger, before=before, window=window)
-    diagnosis = judge(snapshot, origin, since=since)
-    diagnosis.evidence += list(extra_evidence(wedge, origin))
-    lines.append(diagnosis.render())
-    data["diagnosis"] = diagnosis
-    data["oracle"] = locate(snapshot, origin=origin, since=since)
-    rows = watchdog_report(wedge, wedge.watchdogs)
+def moment_of_failure(wedge: Wedge, error: BaseException | None) -> Moment:
+    """The moment the report shows (see the module's docstring for the order)."""
+    taken = wedge.failure_moment
+    if taken is not None and error is not None and taken.caused(error):
+        return taken
+    last = wedge.last_diagnosis
+    carried = getattr(error, "diagnosis", None)
+    if last is not None and carried is not None and carried is last.diagnosis:
+        return last
+    if isinstance(error, KeyboardInterrupt):
+        label = "at Ctrl-C"
+    else:
+        label = "at failure" if error is not None else "at the report"
+    return capture_moment(wedge, label, test_started=wedge.started)
+
+
+def _last_diagnose_line(wedge: Wedge, shown: Moment) -> list[str]:
+    last = wedge.last_diagnosis
+    if last is None or last is shown:
+        return []
+    differs = last.diagnosis.location != shown.diagnosis.location
+    flag = f" (differs: {shown.label} it is {shown.diagnosis.location})" if differs else ""
+    when = f"{last.active()}, +{last.taken_at - last.test_started:.1f} s into the test"
+    return [f"the test's last diagnose() ({when}): {last.diagnosis.headline()}{flag}"]
+
+
+def _watchdog_lines(wedge: Wedge, rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
     for check in wedge.clear_checks:
         cleared = f"{check.time_to_clear_s:.2f} s" if check.cleared_at else "not cleared"
         lines.append(f"watchdog check: budget {check.within_s:g} s, time to clear {cleared}")
@@ -66,33 +71,101 @@ def build_report(
         lines.append("watchdogs armed:")
         lines += [f"  - {r['watchdog']}: " + ("fired" if r.get("fired") else "did not fire")
                   for r in rows]  # fmt: skip
-    states = {n: wedge.topology.runtime.state(n) for n in wedge.topology.components}
-    lines.append("components: " + ", ".join(f"{n}={s}" for n, s in states.items()))
-    faults = [f.describe() for f in wedge.faults.active_faults()]
-    lines.append("active faults: " + (", ".join(faults) or "none"))
+    return lines
+
+
+def _fault_lines(wedge: Wedge, moment: Moment) -> list[str]:
+    """Active faults at the moment shown, and now when that differs; scheduled faults that
+    failed in the background are listed here rather than raised (the report must be made)."""
+    lines = [f"active faults {moment.label}: " + (", ".join(moment.faults) or "none")]
+    now = active_fault_labels(wedge.faults)
+    if now != moment.faults:
+        lines.append("active faults now, at the report: " + (", ".join(now) or "none"))
+    lines += [f"scheduled fault error: {e}" for e in wedge.faults.scheduled_errors]
+    return lines
+
+
+def build_report(
+    wedge: Wedge,
+    *,
+    error: BaseException | None = None,
+    context: dict[str, Any] | None = None,
+    extra_evidence: Callable[[Wedge, str], Sequence[str]] = lambda w, o: (),
+    with_stacks: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """Report on ``wedge`` for the failure ``error``; returns (section text, report data).
+
+    ``context`` (node id, outcome, failure headline) goes into ``diagnosis.json``.
+    """
+    moment = moment_of_failure(wedge, error)
+    found = moment.diagnosis
+    # A copy: the extra evidence must not change the Diagnosis object the test holds.
+    diagnosis = dataclasses.replace(
+        found, evidence=[*found.evidence, *extra_evidence(wedge, found.origin)]
+    )
+    lines = [f"moment: {moment.describe()}", diagnosis.render()]
+    lines += _last_diagnose_line(wedge, moment)
+    data: dict[str, Any] = {"origin": diagnosis.origin, "diagnosis": diagnosis,
+                            "moment": moment.to_json()}  # fmt: skip
+    since = current_window_start(wedge.faults)
+    data["oracle"] = locate(moment.snapshot, origin=diagnosis.origin, since=since)
+    rows = watchdog_report(wedge, wedge.watchdogs)
+    lines += _watchdog_lines(wedge, rows)
+    components = ", ".join(f"{n}={s}" for n, s in moment.states.items())
+    lines.append(f"components {moment.label}: {components}")
+    lines += _fault_lines(wedge, moment)
     stacks = None
     if with_stacks:
         with contextlib.suppress(Exception):
             stacks = dump_stacks(wedge.topology, timeout_s=3.0)
     if wedge.artifacts_dir is not None:
         samples = wedge.probe.samples() if wedge.probe else []
+        summary = {"test": context or {}, "moment": moment.to_json()}
+        if wedge.last_diagnosis is not None and wedge.last_diagnosis is not moment:
+            summary["last_diagnose"] = wedge.last_diagnosis.to_json()
         path = write_artifacts(
-            wedge.artifacts_dir, diagnosis, snapshot, samples, wedge.faults.windows,
-            [*rows, *[c.to_json() for c in wedge.clear_checks]], stacks=stacks,
+            Path(wedge.artifacts_dir).absolute(), diagnosis, moment.snapshot, samples,
+            wedge.faults.windows, [*rows, *[c.to_json() for c in wedge.clear_checks]],
+            stacks=stacks, log_offsets=wedge.log_offsets, context=summary,
             link_rates=wedge.link_meter.rates() if wedge.link_meter else None,
+            **_timeline_heading(wedge, moment, context),
         )  # fmt: skip
         data["artifacts"] = str(path)
-        lines.append(
-            f"artifacts: {path} (diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html)"
-        )
+        earlier = moment in (wedge.failure_moment, wedge.last_diagnosis)
+        when = "; stacks.txt was taken at the report" if stacks and earlier else ""
+        lines.append(f"artifacts: {path} ({ARTIFACT_FILES}{when})")
     elif stacks:
         lines.append(render_stacks(stacks))
     return "\n".join(lines), data
 
 
-def keep_artifacts(wedge: Wedge) -> Path | None:
+def _timeline_heading(wedge: Wedge, moment: Moment,
+                      context: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """The timeline's heading (the test and its failure) and its marks: the moment shown, the
+    test's own last diagnose(), and the failure."""
+    marks = [(moment.taken_at, f"diagnosis {moment.label}")]
+    last = wedge.last_diagnosis
+    if last is not None and last is not moment:
+        marks.append((last.taken_at, "diagnose() in the test"))
+    failure = (context or {}).get("failure")
+    if failure:
+        at = wedge.failure_moment.taken_at if wedge.failure_moment is not None else time.time()
+        marks.append((at, "failure"))
+    return {"title": (context or {}).get("nodeid"), "failure": failure, "marks": marks}
+
+
+def keep_artifacts(wedge: Wedge, context: dict[str, Any] | None = None) -> Path | None:
     """For passing tests under --wedge-keep: the ledgers and timeline without stacks."""
     if wedge.artifacts_dir is None:
         return None
-    _, data = build_report(wedge, with_stacks=False)
+    _, data = build_report(wedge, with_stacks=False, context=context)
     return Path(data["artifacts"]) if "artifacts" in data else None
+
+
+def failure_headline(error: BaseException | None) -> str:
+    """The first line of the failure, as pytest shows it (``AssertionError: assert ...``)."""
+    if error is None:
+        return ""
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(error).__name__}: {first}"[:300] if first else type(error).__name__

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
 # this module is loaded with the plugin, in every pytest run of an environment that has it.
 HANDLES_KEY = pytest.StashKey[list["Wedge"]]()
+# The keys under which an xdist controller hands its workers the owner of this run's folder
+# and the artifacts directory (absolute): the first worker that needs the folder makes it.
+RUN_OWNER_KEY = "wedge_run_owner"
+ARTIFACTS_KEY = "wedge_artifacts_dir"
 
 
 class WedgePlugin:
@@ -32,6 +36,7 @@ class WedgePlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.sessions: dict[str, WedgeSession] = {}
+        self._run_dir: Path | None = None
         try:
             self.settings = {name: resolve_from(config, name) for name in SETTINGS}
         except ConfigError as exc:
@@ -83,6 +88,35 @@ class WedgePlugin:
                 "this user can create and write",
             ) from exc
 
+    def run_owner(self) -> tuple[str, Path]:
+        """Who owns this run's folder and where it goes: this process, or, in an xdist
+        worker, its controller (so one run is one folder whatever ``-n`` is)."""
+        given = getattr(self.config, "workerinput", {})
+        if RUN_OWNER_KEY in given:
+            return given[RUN_OWNER_KEY], Path(given[ARTIFACTS_KEY])
+        from pytest_wedge.glue.runs import this_process
+
+        return this_process(), Path(self.value("wedge_artifacts")).absolute()
+
+    def run_dir(self) -> Path:
+        """This run's artifacts folder (``run-N``), made on first use."""
+        if self._run_dir is not None:
+            return self._run_dir
+        from pytest_wedge.glue.runs import make_run_dir
+
+        owner, base = self.run_owner()
+        setting = self.settings["wedge_artifacts"]
+        try:
+            self._run_dir = make_run_dir(base, self.value("wedge_keep_runs"), owner=owner)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot create this run's folder in the artifacts directory {setting.value!r}",
+                facts={"from": setting.source, "error": exc},
+                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
+                "this user can create and write",
+            ) from exc
+        return self._run_dir
+
     def session(self, runtime: str | None = None) -> WedgeSession:
         runtime = runtime or self.value("wedge_runtime")
         assert runtime is not None
@@ -105,7 +139,7 @@ class WedgePlugin:
 
         session = WedgeSession(
             runtime=runtime,
-            artifacts_dir=self.value("wedge_artifacts"),
+            artifacts_dir=self.run_dir(),
             toxiproxy_binary=self.toxiproxy().path,
             runtime_factory=factory,
             ready_timeout_s=self.value("wedge_ready_timeout"),
@@ -117,6 +151,11 @@ class WedgePlugin:
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+        if not hasattr(self.config, "workerinput"):  # the owner ends the run, not a worker
+            from pytest_wedge.glue.runs import release_run_dir
+
+            owner, base = self.run_owner()
+            release_run_dir(base, owner)
 
 
 PLUGIN_KEY = pytest.StashKey[WedgePlugin]()
@@ -171,10 +210,10 @@ def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> W
         topology.reset()
     from pytest_wedge.handle import Wedge
 
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[-120:]
-    artifacts = Path(plugin.value("wedge_artifacts")) / "tests" / safe
-    handle = Wedge(topology, artifacts, probe_interval_s=plugin.value("wedge_probe_interval"))
-    item.stash.setdefault(HANDLES_KEY, []).append(handle)
+    handles = item.stash.setdefault(HANDLES_KEY, [])
+    handle = Wedge(topology, artifacts_folder(plugin.run_dir(), item.nodeid, len(handles)),
+                   probe_interval_s=plugin.value("wedge_probe_interval"))  # fmt: skip
+    handles.append(handle)
     return handle
 
 
@@ -187,6 +226,13 @@ def with_default_router(spec: TopologySpec, kind: str) -> TopologySpec:
     if spec.router != RouterSpec() or kind == "smg":
         return spec
     return dataclasses.replace(spec, router=RouterSpec(kind=kind))
+
+
+def artifacts_folder(run_dir: Path, nodeid: str, index: int) -> Path:
+    """``<run>/tests/<test id>``; a test's second topology (``wedge_factory``) gets its own
+    folder, ``<test id>@2``, so two topologies never write over each other's artifacts."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid)[-120:]
+    return run_dir / "tests" / (safe if index == 0 else f"{safe}@{index + 1}")
 
 
 def close_handles(item: pytest.Item) -> None:

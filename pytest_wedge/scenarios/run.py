@@ -37,7 +37,10 @@ DIAGNOSE_WITHIN_S = 60.0
 
 
 class ScenarioFailed(WedgeError, AssertionError):
-    """The scenario's expectation did not hold; the wedge report says what was seen instead."""
+    """The scenario's expectation did not hold; the wedge report says what was seen instead.
+    ``diagnosis`` is the one it is about: the report shows that one, not a later one."""
+
+    diagnosis: Diagnosis | None = None
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,13 @@ def _fail(
 ) -> ScenarioFailed:
     if diagnosis is not None:
         facts["diagnosis"] = "\n" + diagnosis.render(max_requests=5)
-    return ScenarioFailed(
+    failed = ScenarioFailed(
         f"Scenario {scenario.name}: {headline}",
         facts=facts,
         fix=f"read the wedge report below; the scenario is {scenario.path}",
     )
+    failed.diagnosis = diagnosis
+    return failed
 
 
 def _warm_up(wedge: Wedge, scenario: Scenario) -> None:

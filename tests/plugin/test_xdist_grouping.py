@@ -1,6 +1,6 @@
 """`-n N`: the tests of one topology shape run on one worker, so a run pays one bring-up per
 shape. Counted from the bring-up record each worker's session writes
-(`<artifacts>/gwN/bring-ups-<runtime>.jsonl`), on real topologies."""
+(`<artifacts>/run-N/gwN/bring-ups-<runtime>.jsonl`), on real topologies."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def toxiproxy_arg(request: pytest.FixtureRequest) -> str:
 def bring_ups(artifacts: Path) -> list[tuple[str, str]]:
     """(worker, shape) for every topology any worker brought up."""
     records = []
-    for path in sorted(artifacts.glob("gw*/bring-ups-*.jsonl")):
+    for path in sorted(artifacts.glob("**/gw*/bring-ups-*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
             records.append((record["worker"], record["shape"]))

@@ -1,0 +1,139 @@
+"""One artifacts folder per run, like pytest's ``tmp_path``: ``run-N``, a ``latest`` link, and
+only the newest runs kept.
+
+Layout of the artifacts directory::
+
+    .gitignore            "*": artifacts never end up in a commit
+    latest -> run-7       the newest run
+    run-7/                this run: component logs per xdist worker, tests/<test id>/...
+    run-6/ run-5/         older runs, removed beyond the number kept
+
+A run folder holds a ``.lock`` naming the process that owns the run (``pid create_time``) while
+the run lasts, so a run that starts while another is still going never removes the folder under
+its feet. The folder is made on first use, so a run without wedge tests makes none. Under
+pytest-xdist the owner is the controller: the first worker that needs the folder makes it, and
+the others find it by that owner (``.runs.lock`` serialises them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+RUN_PREFIX = "run-"
+LATEST = "latest"
+LOCK = ".lock"
+RUNS_LOCK = ".runs.lock"
+GITIGNORE_TEXT = "# Created by pytest-wedge: artifacts are not sources.\n*\n"
+_RUN_NAME = re.compile(rf"^{RUN_PREFIX}(\d+)$")
+
+
+def _numbered_runs(base: Path) -> list[tuple[int, Path]]:
+    runs = []
+    for entry in base.iterdir():
+        match = _RUN_NAME.match(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink():
+            runs.append((int(match.group(1)), entry))
+    return sorted(runs)
+
+
+def _owner_alive(run: Path) -> bool:
+    """True when the process named in the run's lock still runs (a crash leaves a stale one)."""
+    try:
+        pid_text, _, started = (run / LOCK).read_text().partition(" ")
+        process = psutil.Process(int(pid_text))
+        return abs(process.create_time() - float(started)) < 1.0
+    except (OSError, ValueError, psutil.Error):
+        return False
+
+
+def _point_latest(base: Path, run: Path) -> None:
+    """Replace ``latest`` atomically: a reader never sees it missing."""
+    temporary = base / f".{LATEST}-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    temporary.symlink_to(run.name, target_is_directory=True)
+    os.replace(temporary, base / LATEST)
+
+
+def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> list[Path]:
+    """Remove all but the newest ``keep`` runs (0 keeps every run); returns what was removed.
+
+    The current run and runs whose owner still runs are never removed.
+    """
+    if keep <= 0:
+        return []
+    runs = [path for _, path in _numbered_runs(base)]
+    removed = []
+    for run in runs[: max(0, len(runs) - keep)]:
+        if run == current or _owner_alive(run):
+            continue
+        shutil.rmtree(run, ignore_errors=True)
+        removed.append(run)
+    return removed
+
+
+def this_process() -> str:
+    """The owner token of a run made by this process: ``pid create_time``."""
+    me = psutil.Process()
+    return f"{me.pid} {me.create_time()}"
+
+
+@contextlib.contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """One process at a time picks or makes a run folder (xdist workers start together)."""
+    with (root / RUNS_LOCK).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_of(root: Path, owner: str) -> Path | None:
+    for _, run in reversed(_numbered_runs(root)):
+        with contextlib.suppress(OSError):
+            if (run / LOCK).read_text() == owner:
+                return run
+    return None
+
+
+def make_run_dir(base: str | Path, keep: int = 3, *, owner: str | None = None) -> Path:
+    """This run's folder under ``base``: the one ``owner`` already made (an xdist sibling
+    worker's), else the next ``run-N``, with ``latest`` pointed at it, the ``.gitignore``
+    written, and runs beyond the newest ``keep`` removed."""
+    root = Path(base).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    owner = owner or this_process()
+    with _exclusive(root):
+        found = _run_of(root, owner)
+        if found is not None:
+            return found
+        gitignore = root / ".gitignore"
+        if not gitignore.exists():
+            gitignore.write_text(GITIGNORE_TEXT)
+        runs = _numbered_runs(root)
+        run = root / f"{RUN_PREFIX}{runs[-1][0] + 1 if runs else 1}"
+        run.mkdir()
+        (run / LOCK).write_text(owner)
+        _point_latest(root, run)
+        remove_old_runs(root, keep, current=run)
+    return run
+
+
+def release_run_dir(base: str | Path, owner: str | None = None) -> None:
+    """The run is over: its folder (if one was made) may be removed by a later run."""
+    root = Path(base).absolute()
+    if not root.is_dir():
+        return
+    run = _run_of(root, owner or this_process())
+    if run is not None:
+        with contextlib.suppress(FileNotFoundError):
+            (run / LOCK).unlink()
