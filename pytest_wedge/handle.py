@@ -188,8 +188,10 @@ class Wedge:
             load.stop()
 
     def close(self) -> list[str]:
-        """Stop loads and revert faults; returns revert errors for the report."""
+        """Stop loads and revert faults; returns revert errors for the report. Raises
+        :class:`~pytest_wedge.evidence.probe.ProbeError` if the probe's sampler died."""
         self.stop_loads()
+        errors = self.faults.revert_all()
         if self.probe is not None:
             self.probe.stop()
-        return self.faults.revert_all()
+        return errors
