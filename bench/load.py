@@ -1,6 +1,13 @@
-"""Load client cost: what the harness's HTTP client costs the load thread, per client library.
+"""Load: the harness's throughput against a minimal client, and its cost per client library.
 
-Two figures per library (aiohttp, the loads' default; httpx, kept where its pool is the
+Throughput through the router (a 1P+1D topology): ``harness_req_per_s_{30,100,300}`` agents,
+and ``harness_vs_raw_client_ratio_300``, the harness's requests per second over those of a
+minimal aiohttp client sending the same requests (bench/raw_client.py). The two run
+alternately, which goes first alternating too, over ``PAIRS`` pairs; figures are medians.
+``harness_lost_300`` counts requests of the 300-agent runs that did not end ``ok`` (the
+largest over the runs; the bench fails if any is lost).
+
+Then two figures per library (aiohttp, the loads' default; httpx, kept where its pool is the
 subject), against a 127.0.0.1 chat server in its own process:
 
 - client CPU per request: a 30-agent x 10-round harness against an answering server, as
@@ -24,10 +31,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from bench.common import report
+from bench.raw_client import raw_run
 from pytest_wedge.load import ClientKind, Harness
+from pytest_wedge.topology.session import WedgeSession
 
 RUNS = 5
 AGENTS = 30
+PAIRS = 5
+# agents -> rounds: a few hundred requests per run, so a run lasts seconds, not milliseconds.
+SCALES = {30: 10, 100: 5, 300: 3}
+MAX_TOKENS = 16
 SERVER = """
 import asyncio, sys
 from aiohttp import web
@@ -113,7 +126,68 @@ def send_lag(url: str, client: ClientKind) -> tuple[float, float]:
     return statistics.median(lags), max(sent) - started
 
 
-def main() -> None:
+def harness_run(url: str, agents: int, rounds: int) -> tuple[float, int, float]:
+    """(requests/s, requests not ``ok``, p99 latency in s) of one harness run."""
+    started = time.perf_counter()
+    with Harness(url, agents=agents, rounds=rounds, max_tokens=MAX_TOKENS) as harness:
+        if not harness.wait(120):
+            raise RuntimeError(f"the {agents}-agent harness did not finish within 120 s")
+    elapsed = time.perf_counter() - started
+    records = harness.ledger.view().records
+    ok = sum(1 for r in records if r.state == "ok")
+    latencies = sorted(r.finished - r.created for r in records if r.finished is not None)
+    return ok / elapsed, harness.max_requests - ok, _p99(latencies)
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
+
+
+def throughput() -> None:
+    """Harness against the raw client through the router, alternating, at each scale."""
+    import tempfile
+
+    harness_rps: dict[int, list[float]] = {a: [] for a in SCALES}
+    raw_rps: dict[int, list[float]] = {a: [] for a in SCALES}
+    p99: dict[str, list[float]] = {"harness": [], "raw": []}
+    lost_300: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
+        url = session.topology().url
+        harness_run(url, 30, 2)  # warm-up: imports, the router's connections
+        raw_run(url, 30, 2, MAX_TOKENS)
+        for pair in range(PAIRS):
+            for agents, rounds in SCALES.items():
+                for side in ("harness", "raw") if pair % 2 == 0 else ("raw", "harness"):
+                    if side == "harness":
+                        rps, lost, tail = harness_run(url, agents, rounds)
+                        harness_rps[agents].append(rps)
+                        if agents == 300:
+                            lost_300.append(lost)
+                    else:
+                        ok, elapsed, latencies = raw_run(url, agents, rounds, MAX_TOKENS)
+                        if ok != agents * rounds:
+                            raise RuntimeError(f"the raw client got {ok} of {agents * rounds}")
+                        rps, tail = ok / elapsed, _p99(latencies)
+                        raw_rps[agents].append(rps)
+                    if agents == 300:
+                        p99[side].append(tail)
+    for agents in SCALES:
+        report(f"harness_req_per_s_{agents}", statistics.median(harness_rps[agents]),
+               harness_rps[agents])  # fmt: skip
+        report(f"raw_client_req_per_s_{agents}", statistics.median(raw_rps[agents]),
+               raw_rps[agents])  # fmt: skip
+    for side, tails in p99.items():
+        report(f"{side}_p99_s_300", statistics.median(tails), tails)
+    ratios = [h / r for h, r in zip(harness_rps[300], raw_rps[300], strict=True)]
+    ratio = statistics.median(harness_rps[300]) / statistics.median(raw_rps[300])
+    report("harness_vs_raw_client_ratio_300", ratio, ratios)
+    report("harness_lost_300", max(lost_300), lost_300)
+    if max(lost_300) > 0:
+        raise RuntimeError(f"the 300-agent harness lost requests: {lost_300}")
+
+
+def client_cost() -> None:
     clients: list[ClientKind] = ["aiohttp", "httpx"]
     cpu: dict[str, list[float]] = {c: [] for c in clients}
     lag: dict[str, list[float]] = {c: [] for c in clients}
@@ -136,6 +210,11 @@ def main() -> None:
                all_sent[client])  # fmt: skip
     report("load_client_cpu_ratio_httpx_over_aiohttp",
            statistics.median(cpu["httpx"]) / statistics.median(cpu["aiohttp"]))  # fmt: skip
+
+
+def main() -> None:
+    throughput()
+    client_cost()
 
 
 if __name__ == "__main__":

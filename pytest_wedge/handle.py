@@ -237,15 +237,17 @@ class Wedge:
             load.stop()
 
     def close(self) -> list[str]:
-        """Revert faults, then stop loads; returns revert errors for the report.
+        """Revert faults, then stop loads; returns revert errors for the report. Raises
+        :class:`~pytest_wedge.evidence.probe.ProbeError` if the probe's sampler died.
 
         Faults go first: a load stopped while a toxic holds its connections leaves Toxiproxy
-        tearing them down, and removing a latency toxic then stalled for about 70 s.
+        tearing them down, and removing a latency toxic then stalled for about 70 s. The probe
+        goes last, so an error of its sampler cannot skip the rest.
         """
-        if self.probe is not None:
-            self.probe.stop()
-        if self.link_meter is not None:
-            self.link_meter.stop()
         errors = self.faults.revert_all()
         self.stop_loads()
+        if self.link_meter is not None:
+            self.link_meter.stop()
+        if self.probe is not None:
+            self.probe.stop()
         return errors

@@ -1,32 +1,63 @@
-"""The probe: a background thread sampling every component on an interval, cheaply.
+"""The probe: every component sampled on an interval, by a sampler outside the test process.
 
 A sample is a :class:`Snapshot` without ledgers (the expensive part). Every tick reads the stub
-states and component states; every ``slow_every``-th tick (a *slow* sample) also reads what an
-operator sees: the engines' and the router's metrics and Toxiproxy's byte counters per link
-(never the toxic configuration). The bounded series feeds the timeline; the latest slow sample is
-the "before" point of rates, and the slow sample from before a wedge is the start of the
-window over which link traffic and router counters are compared.
+states; every ``slow_every``-th tick (a *slow* sample) also reads what an operator sees: the
+engines' and the router's metrics and Toxiproxy's byte counters per link (never the toxic
+configuration). The bounded series feeds the timeline; the latest slow sample is the "before"
+point of rates, and the slow sample from before a wedge is the start of the window over which
+link traffic and router counters are compared.
+
+The sampling runs in its own interpreter (``evidence/sampler.py``): in the test process it
+competed with the harness for the GIL. Here a reader thread, blocked on a pipe most of the
+time, unpickles each sample and adds to each slow one what only this process knows: the
+runtime's view of the components (paused, stopped, restarted). Samples keep their type,
+:class:`Snapshot`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
-from pytest_wedge.evidence.fetch import gather
-from pytest_wedge.evidence.observe import observed_jobs
-from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
+from pytest_wedge.errors import WedgeError
+from pytest_wedge.evidence.sampler import PROGRAM, config_line, read_frame, sample_once
+from pytest_wedge.evidence.snapshot import Snapshot, component_states
+from pytest_wedge.evidence.target import ProbeTarget
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
+STDERR_TAIL_BYTES = 4000
+
+
+class ProbeError(WedgeError):
+    """The probe's sampler process failed: it exited while the test ran, or would not start."""
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Last resort (the probe was dropped or the interpreter exits without ``stop``)."""
+    if process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(2)
+
 
 class Probe:
-    """``Probe(topology, interval_s=0.1).start()`` ... ``.stop()``; a context manager."""
+    """``Probe(topology, interval_s=0.1).start()`` ... ``.stop()``; a context manager.
+
+    ``stop()`` raises :class:`ProbeError` (once) when the sampler died under the test; samples
+    received until then stay available.
+    """
 
     def __init__(
         self,
@@ -40,67 +71,157 @@ class Probe:
         self.topology = topology
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        # Stub states (per-origin tokens, queues) change every tick; the router's metrics and
+        # the proxies' state are costlier to render and change rarely, so only every
+        # ``slow_every``-th sample reads them.
+        self.slow_every = max(1, slow_every)
         self._samples: deque[Snapshot] = deque(maxlen=maxlen)
         self._slow: deque[Snapshot] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        # Two workers, not one per fetch: the probe shares the interpreter with the harness it
-        # watches, and every extra thread competing for the GIL slowed the harness (13 % with
-        # eight). Two still let a hung endpoint (a paused router) time out beside the others.
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wedge-probe")
-        self.errors = 0
-        # Stub states (per-origin tokens, queues) change every tick; the router's metrics and
-        # the proxies' state are costlier to render and change rarely, so only every
-        # ``slow_every``-th sample reads them. At 10 Hz everything cost the harness ~11 %.
-        self.slow_every = max(1, slow_every)
-        self._ticks = 0
+        self.errors = 0  # ticks that failed as a whole, and lines that did not decode
+        self.last_error: str | None = None
+        self.failure: ProbeError | None = None
+        self._failure_raised = False
+        self._stopping = False
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._stderr: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The sampler's PID while it runs."""
+        return self._process.pid if self._process is not None else None
 
     def sample(self) -> Snapshot:
-        """Take one sample now (also what the thread does each tick)."""
-        started = time.time()
-        snapshot = empty_snapshot(self.topology)
-        slow = not self._ticks % self.slow_every
-        self._ticks += 1
-        jobs, timeouts = truth_jobs(self.topology, self.timeout_s, ledgers=False,
-                                    ledger_timeout_s=self.timeout_s, toxics=False)  # fmt: skip
-        if slow:
-            more, more_timeouts = observed_jobs(self.topology, self.timeout_s, extras=False)
-            jobs, timeouts = jobs | more, timeouts | more_timeouts
-        results, failed = gather(jobs, timeouts, self._pool)
-        fill(snapshot, self.topology, results, failed)
-        snapshot.taken_at = time.time()
-        assert snapshot.observed is not None
-        snapshot.observed.taken_at = snapshot.taken_at
-        snapshot.collect_s = snapshot.taken_at - started
-        if slow:
-            with self._lock:
-                self._slow.append(snapshot)
-        return snapshot
+        """Take one sample now, in this process (a slow one: everything the probe reads)."""
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="wedge-probe") as pool:
+            return sample_once(self.topology, pool, self.timeout_s, slow=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                snapshot = self.sample()
-            except Exception:  # a probe must never take the test down; count and go on
-                self.errors += 1
-            else:
-                with self._lock:
-                    self._samples.append(snapshot)
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+    # -- the sampler process -----------------------------------------------------------------
 
     def start(self) -> Self:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="wedge-probe", daemon=True)
-            self._thread.start()
+        if self._process is not None:
+            return self
+        config = config_line(ProbeTarget.of(self.topology), self.interval_s, self.timeout_s,
+                             self.slow_every)  # fmt: skip
+        # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
+        self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", PROGRAM], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise ProbeError(
+                "The probe's sampler could not be started",
+                facts={"command": f"{sys.executable} -m {PROGRAM}", "error": exc},
+                fix="check that this Python can run `python -m pytest_wedge.evidence.sampler`",
+            ) from exc
+        weakref.finalize(self, _reap, self._process)
+        assert self._process.stdin is not None
+        # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
+        with contextlib.suppress(BrokenPipeError):
+            self._process.stdin.write(config)
+            self._process.stdin.flush()
+        self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
+        self._reader.start()
+        # The sampler needs a moment to start (seconds on a loaded machine), and a fault applied
+        # right after the start still needs a sample from before it: one is taken here, at once.
+        threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
         return self
 
+    def _first_sample(self) -> None:
+        try:
+            snapshot = self.sample()
+        except Exception as exc:  # the sampler's own samples follow anyway
+            self._count_error(f"first sample: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if not self._samples:  # else the sampler was first: keep the series in order
+                self._samples.append(snapshot)
+                self._slow.append(snapshot)
+
+    def _read(self) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        while True:
+            try:
+                frame = read_frame(process.stdout)
+            except Exception as exc:  # a frame that does not decode: count it, keep reading
+                self._count_error(f"undecodable frame: {type(exc).__name__}: {exc}")
+                continue
+            if frame is None:
+                break
+            self._receive(frame)
+        code = process.wait()
+        if not self._stopping:
+            self.failure = ProbeError(
+                "The probe's sampler exited while the test ran; samples stopped there",
+                facts={
+                    "sampler pid": process.pid,
+                    "exit code": code,
+                    "samples received": len(self._samples),
+                },
+                log_tail=self._stderr_tail(),
+                fix="the log tail says why; a negative exit code is the signal that ended it "
+                "(something outside pytest-wedge killed it)",
+            )
+
+    def _count_error(self, text: str) -> None:
+        self.errors += 1
+        self.last_error = text[:500]
+
+    def _receive(self, frame: tuple[Any, ...]) -> None:
+        if frame[0] != "sample" or not isinstance(frame[2], Snapshot):
+            self._count_error(str(frame[1]) if frame[0] == "error" else f"odd frame {frame[0]!r}")
+            return
+        _, slow, snapshot = frame
+        # With the slow samples only, like the router's metrics: reading each component's state
+        # from the runtime and /proc is most of this process's share of the probe's cost.
+        if slow:
+            try:
+                snapshot.components = component_states(self.topology)
+            except Exception as exc:  # as in a snapshot: a runtime that did not answer
+                snapshot.unanswered["components"] = f"{type(exc).__name__}: {exc}"[:200]
+        with self._lock:
+            self._samples.append(snapshot)
+            if slow:
+                self._slow.append(snapshot)
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.seek(0, 2)
+            self._stderr.seek(max(0, self._stderr.tell() - STDERR_TAIL_BYTES))
+            return self._stderr.read().decode(errors="replace")
+        return ""
+
     def stop(self, timeout_s: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """End the sampler (end of its input; killed if it does not go within ``timeout_s``)."""
+        process = self._process
+        # A sampler already gone when the stop comes died under the test: the reader reports it.
+        self._stopping = process is not None and process.poll() is None
+        if process is not None:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout_s)
+            if self._reader is not None:
+                self._reader.join(timeout_s)
+            if process.stdout is not None:
+                process.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+        if self.failure is not None and not self._failure_raised:
+            self._failure_raised = True
+            raise self.failure
+
+    # -- the samples -------------------------------------------------------------------------
 
     def latest(self, min_age_s: float = 0.0) -> Snapshot | None:
         """The newest sample at least ``min_age_s`` old (a rate needs some distance)."""
@@ -137,4 +258,8 @@ class Probe:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        if exc is None:
+            self.stop()
+            return
+        with contextlib.suppress(ProbeError):  # the block's own error is the one to see
+            self.stop()

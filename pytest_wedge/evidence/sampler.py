@@ -1,0 +1,158 @@
+"""The probe's sampler: one sample, and the program that takes them out of the test process.
+
+``python -m pytest_wedge.evidence.sampler`` reads one JSON line on stdin (the
+:class:`~pytest_wedge.evidence.target.ProbeTarget` and the timing), then writes one frame per
+tick on stdout: a 4-byte big-endian length and a pickle of ``("sample", slow, Snapshot)``, or
+of ``("error", text)`` for a tick that failed as a whole. Pickle, not JSON: the reader is the
+probe that started this program, with the same code, and a pickle costs it a fraction of
+decoding JSON and rebuilding the dataclasses.
+
+Why a program of its own: in the test process the sampling (HTTP fetches, Prometheus parsing)
+competed with the harness's event loop for the GIL, which cost the harness 12-20 % of its
+throughput. Here it has its own interpreter, and its fetches run on aiohttp in one event loop
+(``evidence/async_fetch.py``).
+
+It never outlives the test process: it exits when its stdin reaches end of file, which happens
+when the probe stops *and* when the test process dies in any way (even SIGKILL), and when its
+stdout is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import pickle
+import struct
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
+
+import aiohttp
+
+from pytest_wedge.evidence import async_fetch
+from pytest_wedge.evidence.fetch import gather
+from pytest_wedge.evidence.observe import Jobs, observed_jobs
+from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
+from pytest_wedge.evidence.target import ProbeTarget, TargetTopology
+
+if TYPE_CHECKING:
+    from pytest_wedge.topology.running import Topology
+
+PROGRAM = "pytest_wedge.evidence.sampler"
+FRAME_HEAD = struct.Struct(">I")
+# Exit code for a bad first line (the probe and the sampler disagree on the protocol).
+BAD_CONFIG = 2
+
+
+def _jobs(topology: Topology, timeout_s: float, *, slow: bool, components: bool
+          ) -> tuple[Jobs, dict[str, float]]:  # fmt: skip
+    """Stub states every time; with ``slow``, also the engines' and the router's metrics and
+    the links' byte counters. ``components=False`` leaves out the runtime's view (the sampler
+    has no runtime; the probe adds it)."""
+    jobs, timeouts = truth_jobs(topology, timeout_s, ledgers=False,
+                                ledger_timeout_s=timeout_s, toxics=False)  # fmt: skip
+    if not components:
+        del jobs["components"]
+    if slow:
+        more, more_timeouts = observed_jobs(topology, timeout_s, extras=False)
+        jobs, timeouts = jobs | more, timeouts | more_timeouts
+    return jobs, timeouts
+
+
+def _snapshot(topology: Topology, started: float, results: dict[str, Any],
+              failed: dict[str, str]) -> Snapshot:  # fmt: skip
+    snapshot = empty_snapshot(topology)
+    fill(snapshot, topology, results, failed)
+    snapshot.taken_at = time.time()
+    assert snapshot.observed is not None
+    snapshot.observed.taken_at = snapshot.taken_at
+    snapshot.collect_s = snapshot.taken_at - started
+    return snapshot
+
+
+def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, *,
+                slow: bool) -> Snapshot:  # fmt: skip
+    """One sample taken in this process (httpx in ``pool``'s threads)."""
+    started = time.time()
+    jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=True)
+    return _snapshot(topology, started, *gather(jobs, timeouts, pool))
+
+
+async def sample_async(topology: Topology, session: aiohttp.ClientSession,
+                       timeout_s: float, *, slow: bool) -> Snapshot:  # fmt: skip
+    """One sample as the sampler takes it: the same jobs on aiohttp, no runtime view."""
+    started = time.time()
+    jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=False)
+    return _snapshot(topology, started, *await async_fetch.gather(session, jobs, timeouts))
+
+
+def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_every: int) -> bytes:
+    config = {"target": target.to_dict(), "interval_s": interval_s, "timeout_s": timeout_s,
+              "slow_every": slow_every}  # fmt: skip
+    return json.dumps(config).encode() + b"\n"
+
+
+def read_frame(stream: IO[bytes]) -> tuple[Any, ...] | None:
+    """The next frame from the sampler's stdout; None at end of file."""
+    head = stream.read(FRAME_HEAD.size)
+    if len(head) < FRAME_HEAD.size:
+        return None
+    body = stream.read(FRAME_HEAD.unpack(head)[0])
+    frame = pickle.loads(body)  # trusted: our own child process, running this same code
+    return frame if isinstance(frame, tuple) else ("error", f"not a frame: {frame!r}"[:200])
+
+
+def _write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
+    body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(FRAME_HEAD.pack(len(body)) + body)
+    out.flush()
+
+
+def _exit_at_end_of_input(stdin: BinaryIO) -> None:
+    # Nothing more is ever sent: end of file means the probe stopped or its process is gone.
+    while stdin.read(4096):
+        pass
+    os._exit(0)
+
+
+async def _run(config: dict[str, Any], out: BinaryIO) -> None:
+    topology = TargetTopology(ProbeTarget.from_dict(config["target"])).as_topology()
+    interval_s, timeout_s = float(config["interval_s"]), float(config["timeout_s"])
+    slow_every = max(1, int(config["slow_every"]))
+    async with async_fetch.new_session() as session:
+        for tick in itertools.count():  # until end of input or a closed stdout ends the program
+            started = time.monotonic()
+            slow = tick % slow_every == 0
+            frame: tuple[Any, ...]
+            try:
+                frame = ("sample", slow, await sample_async(topology, session, timeout_s,
+                                                            slow=slow))  # fmt: skip
+            except Exception as exc:  # one failed tick is evidence, not the end of the probe
+                frame = ("error", f"{type(exc).__name__}: {exc}"[:500])
+            _write_frame(out, frame)
+            await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+def main() -> int:
+    line = sys.stdin.buffer.readline()
+    try:
+        config = json.loads(line)
+        ProbeTarget.from_dict(config["target"])
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"pytest-wedge sampler: the first line on stdin is not a probe configuration "
+              f"({type(exc).__name__}: {exc}): {line[:200]!r}", file=sys.stderr)  # fmt: skip
+        return BAD_CONFIG
+    threading.Thread(target=_exit_at_end_of_input, args=(sys.stdin.buffer,), daemon=True).start()
+    try:
+        asyncio.run(_run(config, sys.stdout.buffer))
+    except BrokenPipeError:  # the probe closed its end: nobody is listening any more
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
