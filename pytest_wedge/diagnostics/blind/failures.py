@@ -109,7 +109,14 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
     if sick:
         lines.append(f"marked unhealthy by the router: {', '.join(sick)} (smg_worker_health=0)")
     lines.append(f"{n} requests answered {ph.status} no_available_workers")
-    return s.verdict("router", CERTAIN if opened or sick else LIKELY, *lines, *back)
+    # Failures counted against workers in this window opened the breakers, and whether their
+    # cause persists cannot be seen while the breakers keep traffic off them.
+    failed = [w.name for w in s.workers.values() if w.failed > 0]
+    if failed:
+        lines.append(f"the router counted failures against {', '.join(failed)} in the window "
+                     f"(smg_worker_cb_outcomes_total): whether they still fail cannot be seen")
+    sure = CERTAIN if (opened or sick) and not failed else LIKELY
+    return s.verdict("router", sure, *lines, *back)
 
 
 def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | None:
