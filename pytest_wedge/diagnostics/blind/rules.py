@@ -138,7 +138,9 @@ def held_upstream(s: Servers, n: int) -> Verdict:
                      key=lambda d: -(d.waiting_kv + d.transfer_failures))  # fmt: skip
     if busy:
         p = busy[0]
-        sure = CERTAIN if len(busy) == 1 and waiting else LIKELY
+        # With several prefills, which one a waiting decode waits on cannot be seen: a busy
+        # prefill beside it may just be serving its own share.
+        sure = CERTAIN if len(busy) == 1 and waiting and len(s.role("prefill")) == 1 else LIKELY
         partner = (f"; {waiting[0].name} waits for their KV ({waiting[0].waiting_kv:g})"
                    if waiting else "")  # fmt: skip
         return s.verdict(p.name, sure, f"{p.name} holds {p.queued:g} queued and {p.running:g} "
