@@ -16,7 +16,7 @@ from .admission import Prealloc
 from .config import StubConfig
 from .faults import Fault, FaultSet
 from .ledger import Entry, Ledger
-from .rooms import Room
+from .rooms import EndedRooms, Room
 from .sched import SlotPool, ThroughputWindow, stall
 from .textgen import RequestInfo
 
@@ -61,8 +61,8 @@ class Engine:
         self.last_decode_progress = 0.0
         self.firings: deque[dict[str, Any]] = deque(maxlen=1000)
         self.rooms: dict[int, Room] = {}
-        # bootstrap channel (decode --name) -> instance id the prefill first exchanged KV with
-        self.peers: dict[str, str] = {}
+        self.ended_rooms = EndedRooms()
+        self.peers: dict[str, str] = {}  # decode --name -> instance it first exchanged KV with
         self._holding: set[Entry] = set()
         self._pins: set[asyncio.Task[None]] = set()
         self._watchdog_task: asyncio.Task[None] | None = None
@@ -184,6 +184,7 @@ class Engine:
     def drop_room(self, room: Room) -> None:
         if room.fetchers == 0 and (room.entry is None or room.entry.final):
             self.rooms.pop(room.room, None)
+            self.ended_rooms.note(room)
 
     # -- watchdogs ---------------------------------------------------------------------------
     def start(self) -> None:

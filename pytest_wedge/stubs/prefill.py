@@ -100,6 +100,8 @@ async def kv_fetch(request: web.Request) -> web.StreamResponse:
         return await send_error(request, 400, "room must be an integer")
     name = request.query.get("decode_name") or "decode"
     instance = request.query.get("decode_instance", "")
+    if room_id in engine.ended_rooms:
+        return await send_error(request, 503, "prefill request already ended; its KV was released")
     room = engine.room(room_id)
     room.fetchers += 1
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .ledger import Entry
@@ -24,3 +25,25 @@ class Room:
     fetchers: int = 0
     fetch_seen: bool = False
     stale_fetch_from: str | None = None
+
+
+class EndedRooms:
+    """The rooms whose prefill request already ended (the newest ``kept``). A KV fetch that
+    comes after its KV was released must fail at once, not open a fresh room and wait for KV
+    that never comes (a decode slow to fetch behind a pin watchdog's release)."""
+
+    def __init__(self, kept: int = 4096) -> None:
+        self.kept = kept
+        self._rooms: OrderedDict[int, None] = OrderedDict()
+
+    def note(self, room: Room) -> None:
+        """``room`` was dropped: ended, if a prefill request had it (an early fetch's room
+        may still get its request)."""
+        if room.entry is None:
+            return
+        self._rooms[room.room] = None
+        while len(self._rooms) > self.kept:
+            self._rooms.popitem(last=False)
+
+    def __contains__(self, room: object) -> bool:
+        return room in self._rooms

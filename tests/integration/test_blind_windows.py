@@ -36,15 +36,20 @@ def test_both_breakers_open_after_prefill_500s_is_the_router(wedge: Wedge) -> No
     wedge.harness(agents=10, rounds=500, client_timeout_s=20, think_time_s=0.1)
     wait_for(lambda: breakers_open(wedge), timeout_s=20, what="both breakers to open")
     wedge.revert(fault)  # the prefill is healthy again; the breakers stay open (60 s)
+    reverted = time.time()
+    # The window's counters start from the probe's newest sample at its start: one taken after
+    # the revert, so the failures that opened the breakers fall before the window.
+    wait_for(lambda: (s := wedge.probe.latest_slow()) is not None and s.taken_at > reverted,
+             timeout_s=10, what="a probe sample after the revert")  # fmt: skip
     since = time.time()
     wait_for(lambda: refused_since(wedge, since) >= 10, timeout_s=20,
              what="requests refused after the prefill recovered")  # fmt: skip
     diagnosis = diagnose(wedge, origin="harness", since=since)
     assert diagnosis.location == "router", diagnosis.render()
-    # Likely, not certain: the breakers opened on failures seen in the window, and from outside
-    # nothing tells a prefill that recovered from one that would fail again (both answer
-    # /health, and the open breakers keep traffic off them).
-    assert diagnosis.confidence == "likely", diagnosis.render()
+    # Certain: nothing failed in this window, the breakers were open before it. (Had the
+    # failures that opened them fallen in the window, it would be likely: from outside, a
+    # prefill that recovered and one that would fail again look alike.)
+    assert diagnosis.confidence == "certain", diagnosis.render()
     assert "router refuses (breakers open) while decode-0 is healthy" in diagnosis.decided_by
     assert "open breakers: prefill-0, decode-0 (smg_worker_cb_state=1)" in diagnosis.decided_by
     assert not diagnosis.disagrees(), diagnosis.render()

@@ -171,8 +171,11 @@ def test_a_ctrl_c_during_a_hang_gets_a_report_taken_before_teardown(
     command = [sys.executable, "-m", "pytest", f"--wedge-toxiproxy={TOXIPROXY}",
                "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:timeout"]  # fmt: skip
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # A run started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler: give the child the default back.
     proc = subprocess.Popen(command, cwd=pytester.path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         wait_for(lambda: (pytester.path / "hanging").exists() or proc.poll() is not None,
                  timeout_s=120, what="the test to hang on the paused router")  # fmt: skip
