@@ -9,6 +9,7 @@ saw is held either by the client->router link or by the router).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,8 @@ class Context:
         self.router_silent = "router metrics" in snapshot.unanswered
         started = snapshot.observed.started if snapshot.observed is not None else {}
         self.started: dict[str, float] = dict(started)
+        self.client_at = (snapshot.observed.client_now if snapshot.observed is not None
+                          else snapshot.taken_at)  # fmt: skip
 
     def restarted(self, record: dict[str, Any], names: list[str]) -> str | None:
         """The first of ``names`` whose process started after ``record`` was sent, or so
@@ -103,9 +106,9 @@ class Context:
         seen = index.get(request_id)
         return max(seen, key=lambda s: s.t.get("arrived", 0.0)) if seen else None
 
-    def still_failing(self, request_id: str) -> str | None:
-        """A worker that failed an earlier attempt of this request and still has an engine
-        fault on: the router's breakers opened because of it, and it would fail them again."""
+    def _culprits(self, request_id: str) -> list[str]:
+        """The workers that failed attempts of ``request_id`` and still have an engine fault."""
+        found = []
         for seen in self.decode.get(request_id, []):
             if seen.state != "error":
                 continue
@@ -113,10 +116,24 @@ class Context:
             if "prefill answered" in str(seen.entry.get("error") or ""):
                 culprit = next((p.component for p in self.prefill.get(request_id, [])
                                 if p.entry.get("room") == seen.entry.get("room")), culprit)
-            if self.snapshot.stub_states.get(culprit, {}).get("faults"):
-                return culprit
-        return next((p.component for p in self.prefill.get(request_id, []) if p.state == "error"
-                     and self.snapshot.stub_states.get(p.component, {}).get("faults")), None)
+            found.append(culprit)
+        found += [p.component for p in self.prefill.get(request_id, []) if p.state == "error"]
+        return [c for c in found if self.snapshot.stub_states.get(c, {}).get("faults")]
+
+    def still_failing(self, request_id: str) -> str | None:
+        """A worker that failed an earlier attempt of this request and still has an engine
+        fault on: the router's breakers opened because of it, and it would fail them again.
+        A request the router refused at once had no attempt of its own: then the worker that
+        failed most attempts of any request in the window (which opened the breakers)."""
+        own = self._culprits(request_id)
+        if own:
+            return own[0]
+        failed_at: Counter[str] = Counter()
+        for request, seen in [*self.decode.items(), *self.prefill.items()]:
+            arrived = [s.t.get("arrived", 0.0) for s in seen]
+            if self.since is None or max(arrived, default=0.0) >= self.since:
+                failed_at.update(self._culprits(request))
+        return failed_at.most_common(1)[0][0] if failed_at else None
 
     def router_stopped(self) -> bool:
         return "router" in self.not_running
@@ -222,6 +239,10 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         return Hold(f"{p.component} ({stage})", lost,
                     f"{p.component} has the KV ({p.state}); no decode ledger has the request")
     stage = _decode_stage(d)
+    if stage == "ok" and d.t.get("finished", 0.0) > ctx.client_at:
+        # It finished after the client's view was copied: when the client saw it pending,
+        # the decode still held it (the ledgers are read last, under load a while later).
+        stage = f"streaming ({d.tokens} tokens)" if "first_token" in d.t else "running (no token)"
     where = f"{d.component} ({stage})"
     if d.state == "error" and "prefill answered" in str(d.entry.get("error") or "") and p:
         return Hold(where, p.component, f"{p.component}'s bootstrap server refused the KV fetch")
@@ -254,7 +275,7 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if back is not None:
             return Hold(where, back, f"{d.component} sent {d.tokens} tokens, client got "
                                     f"{client_tokens}")  # fmt: skip
-    if d.state in ("ok", "aborted", "error", "released") or failed:
+    if d.state in ("aborted", "error", "released") or stage == "ok" or failed:
         # The decode let go of it (or the client did); what holds it is on the way back.
         back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
         if back is not None:

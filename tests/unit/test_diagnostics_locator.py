@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate
+from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.snapshot import parse_link_bytes, parse_router_metrics
 
 NOW = 1_000_000.0
@@ -273,3 +274,32 @@ def test_refused_by_open_breakers_while_the_prefill_still_refuses_is_the_prefill
 
 def test_refused_by_open_breakers_after_the_prefill_recovered_is_the_router() -> None:
     assert_located(refused_after_bootstrap_refusals([]), "router")
+
+
+def test_refused_at_once_while_the_prefill_that_opened_the_breakers_still_refuses() -> None:
+    # The refused requests never reached a worker; other requests' attempts in the window
+    # failed at decode-0 because prefill-0's bootstrap server refused the KV, and still does.
+    refused = [record(100 + i, age=0.5, state="error", finished=NOW - 0.3,
+                      error="HTTP 503: no_available_workers") for i in range(3)]  # fmt: skip
+    earlier = [f"harness-x-{i}" for i in range(5)]
+    pending = [record(i, age=0.3) for i in range(5)]
+    prefill = [entry(rid, "aborted", kv_ready=0.2) for rid in earlier]
+    decode = [entry(rid, "error", arrived=0.25) | {"error": "bootstrap failed: prefill answered 503"}
+              for rid in earlier]  # fmt: skip
+    states = {"prefill-0": {"faults": [{"name": "f1", "kind": "refuse_bootstrap"}]},
+              "decode-0": {"faults": []}}  # fmt: skip
+    snap = snapshot([*refused, *pending], prefill, decode, stub_states=states)
+    diagnosis = locate(snap, origin="harness", overdue_after_s=1.0, since=NOW - 0.4)
+    assert diagnosis.location == "prefill-0", diagnosis.render()
+
+
+def test_a_decode_that_finished_after_the_client_view_was_copied_still_held_it() -> None:
+    # The client ledger is copied first and the worker ledgers last: a stream the client saw
+    # pending, which decode-0 finished in between, was held by decode-0 (not leaked).
+    streams = [record(i, first_byte=NOW - 1.5, tokens=3) for i in range(10)]
+    decode = [entry(rid, "ok", tokens=16, first_token=1.5, finished=0.05) for rid in ids(10)]
+    prefill = [entry(rid, "ok", kv_ready=1.8, transfer_start=1.7) for rid in ids(10)]
+    snap = snapshot(streams, prefill, decode)
+    snap.observed = Observed(taken_at=NOW, prefill=["prefill-0"], decode=["decode-0"],
+                             link_names=LINKS, client_at=NOW - 0.2)  # fmt: skip
+    assert_located(snap, "decode-0")

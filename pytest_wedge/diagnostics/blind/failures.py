@@ -55,6 +55,25 @@ def _opened_by(s: Servers) -> tuple[Worker, str] | None:
         if by_role[role] and not by_role[other] and (w := s.failing(role)) is not None:
             return w, (f"the router counted {by_role[role]:g} {role} errors in the window "
                        f"(smg_worker_errors_total), against {w.name}")  # fmt: skip
+    return _failed_beside_aborts(s)
+
+
+def _failed_beside_aborts(s: Servers) -> tuple[Worker, str] | None:
+    """smg counts one PD failure against both workers of the pair; the one that did not fail
+    had its leg cancelled by the router, and its engine counted the aborts."""
+    aborted = {w.name: s.obs.grew(w.name, "num_aborted_requests") for w in s.workers.values()}
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        culprit = s.failing(role)
+        partners = [w for w in s.role(other) if w.failed > 0]
+        if culprit is None or not culprit.failed or not partners:
+            continue
+        if (aborted[culprit.name] < culprit.failed / 2
+                and all(aborted[p.name] >= p.failed / 2 for p in partners)):  # fmt: skip
+            cut = ", ".join(f"{p.name} {aborted[p.name]:g}" for p in partners)
+            return culprit, (f"the router counted {culprit.failed:g} failures against "
+                             f"{culprit.name} and its partners, whose legs it cancelled (aborts "
+                             f"in the window, sglang:num_aborted_requests: {cut}; "
+                             f"{culprit.name} {aborted[culprit.name]:g})")  # fmt: skip
     return None
 
 

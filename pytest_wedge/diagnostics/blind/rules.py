@@ -68,12 +68,14 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
                  f"(num_transfer_failed_reqs)")  # fmt: skip
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in prefills])) is not None:
         v.because.insert(0, wait)
-        if v.confidence == LIKELY and (d.transfer_failures or any(p.kv_ready for p in prefills)):
+        if v.confidence == LIKELY and (d.transfer_failures
+                                       or any(p.ready_for_router for p in prefills)):
             v.confidence = CERTAIN
         return v
     gaps = [p for p in prefills if s.obs.swallowed(f"{d.name}->{p.name}")]
-    # KV ready on a prefill in about the numbers the decode waits for (not one passing through).
-    ready = [p for p in prefills if p.kv_ready >= max(1.0, d.waiting_kv / 2)]
+    # KV ready on a prefill in about the numbers the decode waits for (not one passing through,
+    # nor requests sent to it directly, whose KV no decode will ever fetch).
+    ready = [p for p in prefills if p.ready_for_router >= max(1.0, d.waiting_kv / 2)]
     for p in prefills:
         if p.queued + p.running == 0:
             s.rule_out(p.name, f"it holds none queued or prefilling (its gauges: "
@@ -92,7 +94,8 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
         return s.verdict(f"{d.name}->{p.name}", CERTAIN, wait, gap or "")
     if len(ready) == 1:
         p = ready[0]
-        return s.verdict(f"{d.name}->{p.name}", CERTAIN, wait, f"{p.name} has {p.kv_ready:g} "
+        return s.verdict(f"{d.name}->{p.name}", CERTAIN, wait, f"{p.name} has "
+                         f"{p.ready_for_router:g} "
                          f"with KV ready that no decode fetched "
                          f"(num_prefill_inflight_queue_reqs): the transfer between them holds "
                          f"them")  # fmt: skip
@@ -128,13 +131,16 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     if (v := s.broken_path([f"router->{w.name}" for w in s.workers.values()])) is not None:
         return v
     # Who holds about as many as are stuck, in both samples: a prefill queued or prefilling,
-    # a decode waiting for KV (more than it queues or runs), or failing its transfers.
+    # a decode waiting for KV (more than it queues or runs), or failing its transfers. Under
+    # load every prefill has a few in progress and every decode waits for a few KVs: those
+    # count only beside what a decode holds without serving (its own hold, see _stuck_at).
     most_waiting = max((d.waiting_kv for d in s.role("decode")), default=0.0)
+    most_stuck = max((_stuck_at(d) for d in s.role("decode")), default=0.0)
     busy = sorted((p for p in s.role("prefill")
-                   if p.queued + p.running >= max(1.0, n / 2, most_waiting / 2)),
-                  key=lambda p: -(p.queued + p.running))  # fmt: skip
+                   if p.prefilling_for_router >= max(1.0, n / 2, most_waiting, most_stuck / 2)),
+                  key=lambda p: -p.prefilling_for_router)  # fmt: skip
     waiting = sorted((d for d in s.role("decode") if d.transfer_broken
-                      or (d.waiting_kv >= max(1.0, n / 2) and d.mostly_waiting)),
+                      or (d.waiting_kv >= max(1.0, n / 2, most_stuck / 2) and d.mostly_waiting)),
                      key=lambda d: -(d.waiting_kv + d.transfer_failures))  # fmt: skip
     if busy:
         p = busy[0]
@@ -149,7 +155,11 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         s.rule_out(p.name, "it holds none queued or prefilling")
     if waiting:
         return _transfer(s, waiting[0])
-    # The router's count for a prefill lags its answers under load: a weak sign, asked late.
+    # A decode holding them without serving them is seen in its own gauges; the router's
+    # count for a prefill lags its answers under load: a weak sign, asked late.
+    stuck = max(s.role("decode"), key=_stuck_at, default=None)
+    if stuck is not None and _stuck_at(stuck) >= max(1.0, n / 2):
+        return _decode_holds(s, stuck, "holds them and sent no first byte")
     for w in prefills:
         if (v := _lost_between(s, w, n)) is not None:
             return v
@@ -165,6 +175,14 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         return _decode_holds(s, holder, what)
     return s.verdict("router", UNKNOWN, "no component shows where they are held",
                      s.router_line())
+
+
+def _stuck_at(d: Worker) -> float:
+    """The router's requests ``d`` holds without serving them: queued, not bootstrapped, or
+    running while it generates under ``STALL_RATE`` tokens per second for each."""
+    rate = d.router_rate
+    serving = rate is not None and d.running > 0 and rate / d.running >= STALL_RATE
+    return max(0.0, d.queued + d.prealloc + (0.0 if serving else d.running) - d.direct)
 
 
 def _holder(decodes: list[Worker], n: int, *, strict: bool,
@@ -221,6 +239,20 @@ def _not_dispatched(s: Servers, n: int) -> Verdict:
                      f"while the router is idle and healthy: they never reached it")
 
 
+def _past_the_decodes(s: Servers, decodes: list[Worker], kind: str, n: int) -> Verdict | None:
+    """Most of ``n`` open streams are no longer in flight to any decode: the decodes are done
+    with them and their bytes are between the router and the client."""
+    in_flight = sum(d.in_flight for d in decodes)
+    if not s.obs.router_in_flight_known or in_flight >= n / 2:
+        return None
+    for d in decodes:
+        s.rule_out(d.name, f"the router has only {d.in_flight:g} in flight to it")
+    gap = s.swallowed_line("client->router")
+    return s.verdict("client->router", LIKELY, gap or "", f"{n} streams {kind} while the router "
+                     f"has {in_flight:g} in flight to the decodes: the rest are past them, "
+                     f"between the router and the client")  # fmt: skip
+
+
 def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verdict:
     """``n`` requests with a response head: ``head only`` (no data yet), ``stalled`` (data
     stopped) or ``slow`` (data trickles, ``client_rate`` tokens per second each)."""
@@ -242,6 +274,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return s.verdict("client->router", LIKELY, gap or "", f"{n} streams {kind} while the "
                          f"router has nothing in flight to any decode: the bytes are between "
                          f"the router and the client")  # fmt: skip
+    if (v := _past_the_decodes(s, decodes, kind, n)) is not None:
+        return v
     if (v := worker_down(s, decodes)) is not None:
         return v
     what = {"slow": "streams them slowly", "stalled": "holds them and sends nothing",

@@ -73,6 +73,16 @@ class Worker:
         return self.queued + self.running + self.kv_ready + self.waiting_kv + self.prealloc
 
     @property
+    def ready_for_router(self) -> float:
+        """Prefill: KV ready and not fetched, beyond the requests sent to it directly."""
+        return max(0.0, self.kv_ready - self.direct)
+
+    @property
+    def prefilling_for_router(self) -> float:
+        """Queued or prefilling beyond the requests sent to it directly (floor 0)."""
+        return max(0.0, self.queued + self.running - self.direct)
+
+    @property
     def held_for_router(self) -> float:
         """Requests it held in both samples beyond those sent to it directly (floor 0)."""
         return max(0.0, self.held - self.direct)

@@ -1,0 +1,80 @@
+"""The blind locator when few requests are overdue yet and the rest of the stack is busy: the
+moment right after a wedge shows, on a loaded machine. Every case is a miss the randomized
+wedge bench (``bench/wedges.py``) found; the numbers are the ones its snapshots held."""
+
+from __future__ import annotations
+
+from test_blind_rules import NOW, in_flight, located, observed, pending, record, refused
+
+
+def test_a_decode_running_them_without_tokens_outranks_a_prefill_prefilling_a_few() -> None:
+    # StallBeforeFirstToken on decode-0, one harness request overdue: prefill-0 prefills the
+    # next one as usual, decode-0 holds 16 running and generates nothing.
+    obs = observed(pending(1), prefill=2, decode=2,
+                   router=in_flight(prefill_0=1, decode_0=16, decode_1=3),
+                   workers={"prefill-0": {"num_running_reqs": 1.0},
+                            "decode-0": {"num_running_reqs": 16.0},
+                            "decode-1": {"num_running_reqs": 0.0}})  # fmt: skip
+    located(obs, "decode-0", "likely")
+
+
+def test_a_decode_holding_them_outranks_the_routers_lagging_count_for_a_prefill() -> None:
+    # The router still counts 3 in flight to prefill-0, which has answered them already.
+    obs = observed(pending(1), prefill=2, decode=2,
+                   router=in_flight(prefill_0=3, decode_0=16, decode_1=3),
+                   workers={"decode-0": {"num_running_reqs": 16.0},
+                            "decode-1": {"num_running_reqs": 0.0}})  # fmt: skip
+    located(obs, "decode-0", "likely")
+
+
+def test_a_prefill_prefilling_fewer_than_a_decode_waits_for_is_not_what_holds_them() -> None:
+    # A 3 s latency on decode-0->prefill-0: decode-0 waits for 11 KVs, prefill-1 (healthy,
+    # on a loaded machine) prefills 9; only the transfer link to prefill-0 does not carry
+    # /health.
+    obs = observed(pending(1), prefill=2, decode=2,
+                   router=in_flight(prefill_0=2, prefill_1=9, decode_0=15, decode_1=7),
+                   workers={"prefill-1": {"num_running_reqs": 9.0},
+                            "decode-0": {"num_decode_transfer_queue_reqs": 11.0,
+                                         "num_running_reqs": 2.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 3.0,
+                                         "num_running_reqs": 0.0}},
+                   health={"via decode-0->prefill-0": "did not answer within 0.20 s"})  # fmt: skip
+    located(obs, "decode-0->prefill-0", "likely")
+
+
+def test_kv_ready_for_requests_sent_straight_to_a_prefill_names_no_transfer() -> None:
+    # A stray sends straight to prefill-1: no decode will ever fetch those KVs. decode-1
+    # waits for 12 KVs and nothing says from which prefill.
+    direct = [record(300 + i, origin="stray-2", target="prefill-1", age=0.5) for i in range(8)]
+    obs = observed([*pending(12), *direct], prefill=2, decode=2,
+                   router=in_flight(decode_1=12),
+                   workers={"prefill-1": {"num_prefill_inflight_queue_reqs": 8.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 12.0}})  # fmt: skip
+    diagnosis = located(obs, "decode-1->prefill-0")
+    assert diagnosis.confidence != "certain", diagnosis.render()
+
+
+def test_streams_trickling_past_the_decodes_are_between_the_router_and_the_client() -> None:
+    # 21 streams trickle to the client while the router has 7 in flight to any decode: most
+    # are done at the workers. decode-1 answers nothing within 0.2 s on a loaded machine.
+    slow = pending(21, first_byte=NOW - 1.5, first_token=NOW - 1.5, last_byte=NOW - 0.05,
+                   tokens=3)
+    obs = observed(slow, prefill=2, decode=2, router=in_flight(decode_1=7),
+                   health={"decode-1": "did not answer within 0.20 s (ReadTimeout)"})  # fmt: skip
+    located(obs, "client->router", "likely")
+
+
+def test_the_side_whose_partner_counted_the_aborts_opened_the_breakers() -> None:
+    # smg counts each failed PD request against both workers; decode-0's legs were cancelled
+    # (it counted the aborts), so prefill-0 failed them.
+    errors = [{"worker_type": "prefill", "error_type": "backend_error", "value": 12.0},
+              {"worker_type": "decode", "error_type": "backend_error", "value": 12.0}]
+    obs = observed(refused(5), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+                                       "cb_failed": {"prefill-0": 12.0, "decode-0": 12.0},
+                                       "errors": errors},
+                   router_before={"errors": []},
+                   workers={"decode-0": {"num_aborted_requests": 12.0}},
+                   workers_window={"prefill-0": {"num_aborted_requests": 0.0},
+                                   "decode-0": {"num_aborted_requests": 0.0}})  # fmt: skip
+    diagnosis = located(obs, "prefill-0", "likely")
+    assert any("aborts" in line for line in diagnosis.decided_by), diagnosis.render()
