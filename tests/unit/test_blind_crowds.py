@@ -78,3 +78,17 @@ def test_the_side_whose_partner_counted_the_aborts_opened_the_breakers() -> None
                                    "decode-0": {"num_aborted_requests": 0.0}})  # fmt: skip
     diagnosis = located(obs, "prefill-0", "likely")
     assert any("aborts" in line for line in diagnosis.decided_by), diagnosis.render()
+
+
+def test_after_a_decode_restart_bytes_lost_on_one_transfer_link_are_no_certainty() -> None:
+    # decode-1 restarted alone: its old connections to both prefills closed, one of them with
+    # bytes still in it. The requests it now waits for may be held on either transfer link.
+    obs = observed(pending(12), prefill=2, decode=2, router=in_flight(decode_1=12),
+                   workers={"decode-1": {"num_decode_transfer_queue_reqs": 12.0}},
+                   traffic={"decode-1->prefill-1": {"downstream_in": 9000.0,
+                                                    "downstream_out": 300.0}},
+                   traffic_before={"decode-1->prefill-1": {"downstream_in": 100.0,
+                                                           "downstream_out": 100.0}},
+                   started={"decode-1": NOW - 0.8})  # fmt: skip
+    diagnosis = located(obs, "decode-1->prefill-1", "likely", since=NOW - 1.0)
+    assert any("started anew" in line for line in diagnosis.decided_by), diagnosis.render()

@@ -57,7 +57,7 @@ def _verdict(
     by_pool: dict[str, tuple[int, int | None]], load: str, error: str, held_from: float | None,
     rate: float = 0.0,
 ) -> Verdict:
-    s = Servers(obs, held_from)
+    s = Servers(obs, held_from, since=since)
     kind, what = key
     if kind == "direct":
         return held_direct(s, str(what))

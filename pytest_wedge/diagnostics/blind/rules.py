@@ -73,6 +73,13 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             v.confidence = CERTAIN
         return v
     gaps = [p for p in prefills if s.obs.swallowed(f"{d.name}->{p.name}")]
+    # A decode that restarted in the window dropped its connections with bytes in them and
+    # left KV unfetched for its old requests: which link shows it says little about which
+    # transfer holds the requests now.
+    started = s.restarted(d.name, s.since)
+    anew = (f"{d.name}'s process started anew in the window (at {started:.2f})"
+            if started is not None else "")  # fmt: skip
+    sure = LIKELY if started is not None else CERTAIN
     # KV ready on a prefill in about the numbers the decode waits for (not one passing through,
     # nor requests sent to it directly, whose KV no decode will ever fetch).
     ready = [p for p in prefills if p.ready_for_router >= max(1.0, d.waiting_kv / 2)]
@@ -91,10 +98,10 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
     if len(gaps) == 1:
         p = gaps[0]
         gap = s.swallowed_line(f"{d.name}->{p.name}")
-        return s.verdict(f"{d.name}->{p.name}", CERTAIN, wait, gap or "")
+        return s.verdict(f"{d.name}->{p.name}", sure, wait, gap or "", anew)
     if len(ready) == 1:
         p = ready[0]
-        return s.verdict(f"{d.name}->{p.name}", CERTAIN, wait, f"{p.name} has "
+        return s.verdict(f"{d.name}->{p.name}", sure, wait, anew, f"{p.name} has "
                          f"{p.ready_for_router:g} "
                          f"with KV ready that no decode fetched "
                          f"(num_prefill_inflight_queue_reqs): the transfer between them holds "

@@ -180,11 +180,13 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
 class Servers:
     """The observation indexed for the rules; collects what each rule ruled out."""
 
-    def __init__(self, obs: Observed, held_from: float | None = None) -> None:
+    def __init__(self, obs: Observed, held_from: float | None = None, *,
+                 since: float | None = None) -> None:  # fmt: skip
         """``held_from``: since when the requests in question should be held where they are
         (the oldest one overdue); an earlier engine sample from before then cannot show
-        whether a gauge holds them."""
+        whether a gauge holds them. ``since``: the start of the current window."""
         self.obs = obs
+        self.since = since
         direct = direct_pending(obs)
         self.workers = {n: worker_facts(obs, n, direct.get(n, 0), held_from)
                         for n in obs.worker_names}  # fmt: skip
