@@ -62,6 +62,20 @@ def hop_order(snapshot: Snapshot) -> list[str]:
     return hops
 
 
+def as_of(entry: Entry, at: float) -> Entry | None:
+    """A worker ledger entry as it was at ``at``: None if it had not arrived yet; without
+    the stamps of later steps, and not yet ended if it ended later."""
+    stamps: dict[str, float] = entry.get("t") or {}
+    if stamps.get("arrived", 0.0) > at:
+        return None
+    if all(v <= at for v in stamps.values()):
+        return entry
+    earlier = {k: v for k, v in stamps.items() if v <= at}
+    state = "live" if "finished" not in earlier else entry.get("state")
+    return {**entry, "t": earlier, "state": state,
+            "error": entry.get("error") if state == entry.get("state") else None}  # fmt: skip
+
+
 def describe_link(info: dict[str, Any]) -> str | None:
     """What is wrong with a link, or None when it is enabled and has no toxic."""
     parts = [] if info.get("enabled", True) else ["disabled (down)"]
@@ -77,12 +91,19 @@ class Context:
     def __init__(self, snapshot: Snapshot, since: float | None = None) -> None:
         self.snapshot = snapshot
         self.since = since
+        # The client's view was copied first and the worker ledgers are read last (under
+        # load, a good while later): the walk reads them as they were at the client's moment.
+        self.client_at = (snapshot.observed.client_now if snapshot.observed is not None
+                          else snapshot.taken_at)  # fmt: skip
         self.prefill: dict[str, list[Seen]] = {}
         self.decode: dict[str, list[Seen]] = {}
         for component, entries in snapshot.ledgers.items():
             index = self.prefill if component in snapshot.prefill else self.decode
             for entry in entries:
-                index.setdefault(str(entry.get("request_id")), []).append(Seen(component, entry))
+                seen = as_of(entry, self.client_at)
+                if seen is not None:
+                    index.setdefault(str(entry.get("request_id")), []).append(
+                        Seen(component, seen))
         self.link_faults = {name: why for name, info in snapshot.links.items()
                             if (why := describe_link(info)) is not None}  # fmt: skip
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
@@ -90,8 +111,6 @@ class Context:
         self.router_silent = "router metrics" in snapshot.unanswered
         started = snapshot.observed.started if snapshot.observed is not None else {}
         self.started: dict[str, float] = dict(started)
-        self.client_at = (snapshot.observed.client_now if snapshot.observed is not None
-                          else snapshot.taken_at)  # fmt: skip
 
     def restarted(self, record: dict[str, Any], names: list[str]) -> str | None:
         """The first of ``names`` whose process started after ``record`` was sent, or so
@@ -239,10 +258,6 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         return Hold(f"{p.component} ({stage})", lost,
                     f"{p.component} has the KV ({p.state}); no decode ledger has the request")
     stage = _decode_stage(d)
-    if stage == "ok" and d.t.get("finished", 0.0) > ctx.client_at:
-        # It finished after the client's view was copied: when the client saw it pending,
-        # the decode still held it (the ledgers are read last, under load a while later).
-        stage = f"streaming ({d.tokens} tokens)" if "first_token" in d.t else "running (no token)"
     where = f"{d.component} ({stage})"
     if d.state == "error" and "prefill answered" in str(d.entry.get("error") or "") and p:
         return Hold(where, p.component, f"{p.component}'s bootstrap server refused the KV fetch")
@@ -275,7 +290,7 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if back is not None:
             return Hold(where, back, f"{d.component} sent {d.tokens} tokens, client got "
                                     f"{client_tokens}")  # fmt: skip
-    if d.state in ("aborted", "error", "released") or stage == "ok" or failed:
+    if d.state in ("ok", "aborted", "error", "released") or failed:
         # The decode let go of it (or the client did); what holds it is on the way back.
         back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
         if back is not None:

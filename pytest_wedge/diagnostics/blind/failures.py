@@ -47,7 +47,8 @@ def _opened_by(s: Servers) -> tuple[Worker, str] | None:
         return None  # nothing failed in this window: the breakers were open before it
     for d in s.role("decode"):
         refused = s.obs.grew(d.name, "num_bootstrap_failed_reqs")
-        if refused and (p := s.failing("prefill")) is not None:
+        p = s.failing("prefill") or s.cancelled("prefill", refused)
+        if refused and p is not None:
             return p, (f"{d.name} counted {refused:g} failed bootstrap handshakes with "
                        f"{p.name} in the window (num_bootstrap_failed_reqs)")  # fmt: skip
     by_role = {role: _errors_of(s, role) for role in ("prefill", "decode")}
@@ -151,6 +152,14 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
         return v
     p = s.failing("prefill")
     if "prefill answered" in error:  # the bootstrap server answered, and refused
+        if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:
+            s.rule_out(f"{d.name}->{c.name}", "the prefill's bootstrap server answered (it "
+                       "refused)")  # fmt: skip
+            return s.verdict(c.name, LIKELY, line, "a prefill's bootstrap server answered the "
+                             "KV fetch with an error (the decode says: prefill answered)",
+                             f"{c.name} counted {s.obs.grew(c.name, 'num_aborted_requests'):g} "
+                             f"aborted requests in the window (sglang:num_aborted_requests), "
+                             f"the other prefills about none: its legs were the ones cancelled")
         if p is None:
             return s.verdict(s.role("prefill")[0].name, UNKNOWN, line, "a prefill's bootstrap "
                              "server refused the fetch; which one cannot be told")  # fmt: skip

@@ -237,6 +237,15 @@ class Servers:
         failing = [w for w in workers if w.failed > 0]
         return failing[0] if len(failing) == 1 else None
 
+    def cancelled(self, role: str, failures: float) -> Worker | None:
+        """The one worker of ``role`` that counted about ``failures`` aborted requests in the
+        window (the router cancels a pair's other leg when one fails); None when several or
+        none did."""
+        floor = max(1.0, failures / 2)
+        hits = [w for w in self.role(role)
+                if self.obs.grew(w.name, "num_aborted_requests") >= floor]  # fmt: skip
+        return hits[0] if len(hits) == 1 else None
+
     def rule_out(self, hop: str, why: str) -> None:
         line = f"{hop}: {why}"
         if line not in self.ruled_out:
