@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from test_blind_rules import NOW, in_flight, located, observed, pending, record, refused
 
+from pytest_wedge.diagnostics import locate_blind
+
 
 def test_a_decode_running_them_without_tokens_outranks_a_prefill_prefilling_a_few() -> None:
     # StallBeforeFirstToken on decode-0, one harness request overdue: prefill-0 prefills the
@@ -92,3 +94,34 @@ def test_after_a_decode_restart_bytes_lost_on_one_transfer_link_are_no_certainty
                    started={"decode-1": NOW - 0.8})  # fmt: skip
     diagnosis = located(obs, "decode-1->prefill-1", "likely", since=NOW - 1.0)
     assert any("started anew" in line for line in diagnosis.decided_by), diagnosis.render()
+
+
+def test_of_two_decodes_waiting_for_kv_the_one_waiting_for_all_it_was_sent_is_stuck() -> None:
+    # decode-0 restarted: all 8 of its requests wait for their KV. decode-1 is busy and waits
+    # for 10 of its 19 passing through while it runs the rest.
+    obs = observed(pending(8), prefill=2, decode=2,
+                   router=in_flight(prefill_0=4, prefill_1=4, decode_0=8, decode_1=19),
+                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 4.0},
+                            "prefill-1": {"num_prefill_inflight_queue_reqs": 4.0},
+                            "decode-0": {"num_decode_transfer_queue_reqs": 8.0,
+                                         "num_running_reqs": 0.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 10.0,
+                                         "num_running_reqs": 7.0}})  # fmt: skip
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.location.startswith("decode-0->"), diagnosis.render()
+
+
+def test_a_refused_bootstrap_names_the_prefill_whose_legs_were_cancelled() -> None:
+    # 2P+2D: smg counted the failures against the decodes only; prefill-1 counted the aborts
+    # of the legs it cancelled, prefill-0 none.
+    body = ('HTTP 502: data: {"error":{"message":"bootstrap failed: prefill answered 503",'
+            '"type":"InternalServerError"}}')
+    failed = pending(5, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
+    obs = observed(failed, prefill=2, decode=2, router=in_flight(decode_1=20),
+                   workers={"decode-1": {"num_bootstrap_failed_reqs": 27.0},
+                            "prefill-1": {"num_aborted_requests": 51.0}},
+                   workers_window={"decode-1": {"num_bootstrap_failed_reqs": 0.0},
+                                   "prefill-0": {"num_aborted_requests": 0.0},
+                                   "prefill-1": {"num_aborted_requests": 0.0}})  # fmt: skip
+    diagnosis = located(obs, "prefill-1", "likely", since=NOW - 1.0)
+    assert any("aborted" in line for line in diagnosis.decided_by), diagnosis.render()

@@ -69,6 +69,13 @@ class Worker:
         return self.waiting_kv >= self.queued + self.prealloc
 
     @property
+    def waiting_share(self) -> float:
+        """Decode: the share of the router's requests to it that wait for their KV or failed
+        their transfer in the window."""
+        stuck = self.waiting_kv + self.transfer_failures
+        return stuck / max(1.0, self.in_flight + self.transfer_failures)
+
+    @property
     def held(self) -> float:
         return self.queued + self.running + self.kv_ready + self.waiting_kv + self.prealloc
 
