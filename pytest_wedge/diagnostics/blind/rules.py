@@ -137,10 +137,11 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         return v
     if (v := s.broken_path([f"router->{w.name}" for w in s.workers.values()])) is not None:
         return v
-    # Who holds about as many as are stuck, in both samples: a prefill queued or prefilling,
-    # a decode waiting for KV (more than it queues or runs), or failing its transfers. Under
-    # load every prefill has a few in progress and every decode waits for a few KVs: those
-    # count only beside what a decode holds without serving (its own hold, see _stuck_at).
+    # Who holds about as many as are stuck, in both samples: a prefill queued or prefilling
+    # (at least as many as a decode waits for), a decode waiting for KV (more than it queues
+    # or runs), or failing its transfers. Under load every prefill has a few in progress and
+    # every decode waits for a few KVs: those count only beside what a decode holds without
+    # serving it (_stuck_at).
     most_waiting = max((d.waiting_kv for d in s.role("decode")), default=0.0)
     most_stuck = max((_stuck_at(d) for d in s.role("decode")), default=0.0)
     busy = sorted((p for p in s.role("prefill")
@@ -166,15 +167,15 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         return _transfer(s, waiting[0])
     # A decode holding them without serving them is seen in its own gauges; the router's
     # count for a prefill lags its answers under load: a weak sign, asked late.
+    what = "holds them and sent no first byte"
     stuck = max(s.role("decode"), key=_stuck_at, default=None)
     if stuck is not None and _stuck_at(stuck) >= max(1.0, n / 2):
-        return _decode_holds(s, stuck, "holds them and sent no first byte")
+        return _decode_holds(s, stuck, what)
     for w in prefills:
         if (v := _lost_between(s, w, n)) is not None:
             return v
     for d in decodes:
         s.rule_out(f"{d.name}->prefill-*", f"{d.name} waits for no KV")
-    what = "holds them and sent no first byte"
     if (holder := _holder(decodes, n, strict=True)) is not None:
         return _decode_holds(s, holder, what)
     for d in decodes:
