@@ -125,3 +125,15 @@ def test_a_refused_bootstrap_names_the_prefill_whose_legs_were_cancelled() -> No
                                    "prefill-1": {"num_aborted_requests": 0.0}})  # fmt: skip
     diagnosis = located(obs, "prefill-1", "likely", since=NOW - 1.0)
     assert any("aborted" in line for line in diagnosis.decided_by), diagnosis.render()
+
+
+def test_one_request_passing_through_a_decode_is_not_the_transfer_that_holds_them() -> None:
+    # A 3 s latency on decode-0->prefill-1: decode-0 waits for 11 of its 18; decode-1 waits
+    # for the one request it was sent, passing through.
+    obs = observed(pending(1), prefill=2, decode=2, router=in_flight(decode_0=18, decode_1=1),
+                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 11.0,
+                                         "num_running_reqs": 0.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 1.0,
+                                         "num_running_reqs": 0.0}},
+                   health={"via decode-0->prefill-1": "did not answer within 0.20 s"})  # fmt: skip
+    located(obs, "decode-0->prefill-1", "likely")

@@ -147,11 +147,11 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     busy = sorted((p for p in s.role("prefill")
                    if p.prefilling_for_router >= max(1.0, n / 2, most_waiting, most_stuck / 2)),
                   key=lambda p: -p.prefilling_for_router)  # fmt: skip
-    # Of several decodes waiting for KV, the one stuck on it is the one waiting for the most
-    # of what the router sent it (a busy decode always waits for a few passing through).
+    # Of several decodes waiting for KV, the one stuck on it waits for many, and for most of
+    # what the router sent it (a busy decode always waits for a few passing through).
     waiting = sorted((d for d in s.role("decode") if d.transfer_broken
                       or (d.waiting_kv >= max(1.0, n / 2, most_stuck / 2) and d.mostly_waiting)),
-                     key=lambda d: (-d.waiting_share, -(d.waiting_kv + d.transfer_failures)))
+                     key=lambda d: -(d.waiting_kv + d.transfer_failures) * d.waiting_share)
     if busy:
         p = busy[0]
         # With several prefills, which one a waiting decode waits on cannot be seen: a busy
