@@ -115,6 +115,10 @@ def resolve_worker_protocol(
     contradiction is an error, and left alone (``follows``) the router decides. Returns the
     protocol and whether it follows the router."""
     check_worker_protocol(asked)
+    if follows and stub != asked:
+        # A spec that followed its router carries its resolved protocol in both spellings;
+        # ``dataclasses.replace(spec, stub=...)`` that changed the stub's is an explicit choice.
+        return stub, False
     follows = follows or (asked == AUTO_PROTOCOL and stub == "sglang")
     if follows:
         return router.worker_protocol, True

@@ -101,7 +101,8 @@ class TopologySpec:
     # (also by ``--wedge-router``) gets vLLM-protocol stubs. Read back, it is always resolved.
     worker_protocol: str = AUTO_PROTOCOL
     # Set when the protocol was left to the router: it follows the router through
-    # ``dataclasses.replace(spec, router=...)``. Not part of equality (the resolved one is).
+    # ``dataclasses.replace(spec, router=...)``; a replaced stub protocol ends that. Not part
+    # of equality (the resolved protocol is).
     protocol_follows_router: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

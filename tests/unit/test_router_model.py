@@ -125,6 +125,8 @@ def test_the_workers_speak_the_routers_protocol_unless_chosen() -> None:
     assert dataclasses.replace(pinned, router=vllm_router).worker_protocol == "sglang"
     by_stub = wedge(stub={"protocol": "vllm"}).spec
     assert dataclasses.replace(by_stub, router=RouterSpec()).worker_protocol == "vllm"
+    stub_vllm = dataclasses.replace(TopologySpec().stub, protocol="vllm")
+    assert dataclasses.replace(TopologySpec(), stub=stub_vllm).worker_protocol == "vllm"
     like_vllm = RouterSpec(kind="command", command=("r", "{port}"), like="vllm-router")
     assert TopologySpec(router=like_vllm).stub.protocol == "vllm"
     with pytest.raises(ConfigError, match="given twice"):
