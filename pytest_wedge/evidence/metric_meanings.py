@@ -191,6 +191,32 @@ _ROWS = (
         "Requests whose KV transfer failed.",
         "Growth since the onset marks a broken transfer channel (blind diagnosis).",
     ),
+    # -- router (vllm-router 0.1.17), read into smg's keys (evidence/metric_names.py) ----------
+    MetricMeaning(
+        "vllm_router_worker_health", "router", "gauge", ("worker",),
+        "Whether vllm-router's own health checks pass for the worker (`worker` is its URL).",
+        "Read as `smg_worker_health`: a worker at 0 is named in the evidence.",
+        ((WORKER_HEALTHY, "healthy"), (WORKER_UNHEALTHY, "not healthy")),
+    ),
+    MetricMeaning(
+        "vllm_router_pd_active_decode_requests", "router", "gauge", ("worker", "rank"),
+        "Requests at the decode stage per decode worker (`rank=\"aggregate\"`); a request "
+        "still at its prefill is counted in other `vllm_router_pd_*` gauges instead.",
+        "Named by the vllm-router adapter as its in-flight series. Not read as smg's "
+        "per-worker in-flight gauge, which counts both legs: the locator treats vllm-router's "
+        "in-flight per worker as unknown.",
+    ),
+    MetricMeaning(
+        "vllm_router_pd_prefill_errors_total", "router", "counter", ("worker",),
+        "Prefill calls that failed: an error status or a timeout (no retries follow).",
+        "Summed per worker as the failures the router counted against it (as smg's breaker "
+        "outcomes): which prefill the router saw failing.",
+    ),
+    MetricMeaning(
+        "vllm_router_pd_decode_errors_total", "router", "counter", ("worker",),
+        "Decode calls that failed: an error status, a refused connection or a timeout.",
+        "Summed per worker as the failures the router counted against it: which decode.",
+    ),
     # -- toxiproxy ------------------------------------------------------------------------------
     MetricMeaning(
         "toxiproxy_proxy_received_bytes_total", "toxiproxy", "counter", ("proxy", "direction"),

@@ -80,3 +80,14 @@ def canonical(
             if name == exported and all(labels.get(k) == v for k, v in required):
                 out[key] = out.get(key, 0.0) + value
     return out
+
+
+# The router's per-worker series, by its dialect, onto the keys ``parse_router_metrics`` fills
+# for smg. vllm-router 0.1.17 (routers.md B5) has a health gauge and per-worker error counters
+# (status errors, refusals and timeouts), no breaker and no retries; its in-flight gauges count
+# PD stages, not requests per worker, so they are not mapped onto smg's in-flight gauge.
+VLLM_ROUTER_PER_WORKER = {
+    "vllm_router_worker_health": "health",
+    "vllm_router_pd_prefill_errors_total": "cb_failed",
+    "vllm_router_pd_decode_errors_total": "cb_failed",
+}

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_wedge.evidence.metric_names import (
     COUNTERS,
     GAUGES,
+    VLLM_ROUTER_PER_WORKER,
     canonical,
     exported_names,
     vocabulary,
@@ -62,16 +63,21 @@ def parse_engine_metrics(text: str) -> dict[str, float]:
 
 
 def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
-    """smg's gauges and counters that locate a wedge; ``workers`` maps worker URL -> name."""
+    """The router's gauges and counters that locate a wedge, in smg's keys (vllm-router's
+    per-worker series mapped onto them); ``workers`` maps worker URL -> name."""
     out: dict[str, Any] = {"requests_active": {}, "health": {}, "cb_state": {},
                            "cb_failures": {}, "cb_failed": {}, "errors": [], "responses": {},
                            "refusals": {},
                            "admission_inflight": 0.0, "retries": 0.0}  # fmt: skip
     names = (*_PER_WORKER, "smg_worker_errors_total", "smg_http_responses_total",
              "smg_admission_inflight", "smg_worker_retries_total",
-             "smg_worker_cb_outcomes_total")  # fmt: skip
+             "smg_worker_cb_outcomes_total", *VLLM_ROUTER_PER_WORKER)  # fmt: skip
     for name, labels, value in families(text, names):
-        if name in _PER_WORKER:
+        if name in VLLM_ROUTER_PER_WORKER:  # summed: one key may take two counters
+            key, url = VLLM_ROUTER_PER_WORKER[name], labels.get("worker", "")
+            worker = workers.get(url, url)
+            out[key][worker] = out[key].get(worker, 0.0) + value
+        elif name in _PER_WORKER:
             worker = labels.get("worker", "")
             out[_PER_WORKER[name]][workers.get(worker, worker)] = value
         elif name == "smg_worker_errors_total":

@@ -17,7 +17,7 @@ from pytest_wedge.evidence.parse import ENGINE_COUNTERS, STUB_GAUGES
 from pytest_wedge.reference.markdown import code, page, table
 
 PACKAGE = Path(__file__).resolve().parents[1]
-METRIC_NAME = re.compile(r"^(smg_\w+|sglang:\w+|toxiproxy_proxy_\w+)$")
+METRIC_NAME = re.compile(r"^(smg_\w+|vllm_router_\w+|sglang:\w+|toxiproxy_proxy_\w+)$")
 # Not readers: the stubs export metrics, and the table and these pages only name them.
 NOT_READERS = ("stubs/", "reference/", "evidence/metric_meanings.py")
 

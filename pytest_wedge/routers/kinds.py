@@ -20,6 +20,8 @@ from pytest_wedge.errors import ConfigError
 BUILT_IN = ("smg", "sglang-router", "vllm-router")
 KINDS = (*BUILT_IN, "command", "url")
 WORKER_PROTOCOLS = ("sglang", "vllm")
+# "auto": the workers speak the router's own protocol (``RouterSpec.worker_protocol``).
+AUTO_PROTOCOL = "auto"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ class RouterSpec:
         return self.kind if self.kind in BUILT_IN else self.like
 
     @property
+    def worker_protocol(self) -> str:
+        """The protocol this router speaks to its workers: vllm-router speaks only vLLM's
+        (``kv_transfer_params``, routers.md part B); the others speak SGLang's."""
+        return "vllm" if self.dialect == "vllm-router" else "sglang"
+
+    @property
     def managed(self) -> bool:
         """True when the plugin starts, restarts and stops the router process."""
         return self.kind != "url"
@@ -92,7 +100,32 @@ class RouterSpec:
 
 
 def check_worker_protocol(protocol: str) -> None:
-    if protocol not in WORKER_PROTOCOLS:
+    if protocol not in (*WORKER_PROTOCOLS, AUTO_PROTOCOL):
         raise ConfigError(f"Unknown worker protocol {protocol!r}",
                           facts={"known": ", ".join(WORKER_PROTOCOLS)},
-                          fix="use worker_protocol='sglang' (default) or 'vllm'")  # fmt: skip
+                          fix="use worker_protocol='auto' (default: the router's own), "
+                          "'sglang' or 'vllm'")  # fmt: skip
+
+
+def resolve_worker_protocol(
+    asked: str, stub: str, router: RouterSpec, follows: bool
+) -> tuple[str, bool]:
+    """One protocol for the stubs from its two spellings, ``worker_protocol`` (``asked``) and
+    ``stub={"protocol": ...}`` (``stub``, "sglang" when not given): an explicit choice wins, a
+    contradiction is an error, and left alone (``follows``) the router decides. Returns the
+    protocol and whether it follows the router."""
+    check_worker_protocol(asked)
+    if follows and stub != asked:
+        # A spec that followed its router carries its resolved protocol in both spellings;
+        # ``dataclasses.replace(spec, stub=...)`` that changed the stub's is an explicit choice.
+        return stub, False
+    follows = follows or (asked == AUTO_PROTOCOL and stub == "sglang")
+    if follows:
+        return router.worker_protocol, True
+    if asked == AUTO_PROTOCOL:
+        return stub, False
+    if stub not in ("sglang", asked):
+        raise ConfigError("The workers' protocol is given twice, differently",
+                          facts={"worker_protocol": asked, "stub protocol": stub},
+                          fix="set one of worker_protocol= or stub={'protocol': ...}")  # fmt: skip
+    return asked, False

@@ -23,7 +23,7 @@ from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.scenarios.per_router import read_overrides
 from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
 from pytest_wedge.topology.keywords import parse_keywords
-from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.topology.spec import BOOKKEEPING_FIELDS, TopologySpec
 from pytest_wedge.watchdogs import (
     AggregateThroughputWatchdog,
     CommandWatchdog,
@@ -198,10 +198,10 @@ def load_scenario(path: Path) -> Scenario:
     timeout_s = float(top.take("timeout_s", NUMBER, 60.0))
     if timeout_s == 0:  # pytest-timeout reads 0 as "no timeout": a hang would never end
         raise top.fail("timeout_s", "a number of seconds > 0", 0)
-    topo = top.sub("topology").only(*(f.name for f in fields(TopologySpec)), "runtime")
-    marker_kwargs = {
-        f.name: topo.table.pop(f.name) for f in fields(TopologySpec) if f.name in topo.table
-    }
+    # The marker's keywords: TopologySpec's fields a user sets (not its bookkeeping).
+    keys = [f.name for f in fields(TopologySpec) if f.name not in BOOKKEEPING_FIELDS]
+    topo = top.sub("topology").only(*keys, "runtime")
+    marker_kwargs = {key: topo.table.pop(key) for key in keys if key in topo.table}
     runtime = topo.take("runtime", str, None)
     topo.done()
     try:

@@ -121,6 +121,16 @@ async def handle_prefill(
     room = engine.room(info.room)
 
     async def body(reply: Reply, entry: Entry) -> web.StreamResponse:
+        try:
+            return await _prefill(reply, entry)
+        except asyncio.CancelledError:
+            # vllm-router closes the prefill leg when its client goes away mid-prefill; the
+            # buggy engine keeps the slot and the KV anyway, as the SGLang personality does.
+            if engine.faults.find("pin_on_abort", entry.origin) and entry.state == "prefilling":
+                engine.pin(entry)
+            raise
+
+    async def _prefill(reply: Reply, entry: Entry) -> web.StreamResponse:
         room.entry = entry
         await admit(engine, entry, "prefilling")
         await engine.stall(entry, "stall_before_first_token")

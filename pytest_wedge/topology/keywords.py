@@ -31,7 +31,7 @@ def wedge(
     stub: StubOptions | Mapping[str, Any] | None = None,
     runtime: str | None = None,
     router: str | RouterSpec | Mapping[str, Any] | None = None,
-    worker_protocol: str = "sglang",
+    worker_protocol: str = "auto",
 ) -> MarkerArgs:
     """``@pytest.mark.wedge(prefill=1, decode=1, router_args=[...], stub={...}, runtime=...)``
 
@@ -42,7 +42,8 @@ def wedge(
     - ``router``: ``"smg"`` (default; ``--wedge-router`` changes it), ``"sglang-router"``,
       ``"vllm-router"``, or a dict ``{"kind": "command", "command": [...]}`` /
       ``{"kind": "url", "url": ..., ...}`` (the fields of :class:`RouterSpec`).
-    - ``worker_protocol``: ``"sglang"`` (default) or ``"vllm"``, the stubs' personality.
+    - ``worker_protocol``: ``"auto"`` (default: the router's own, ``"vllm"`` for vllm-router,
+      else ``"sglang"``), ``"sglang"`` or ``"vllm"``: the stubs' personality.
     """
     if isinstance(router_args, str) or not all(isinstance(a, str) for a in router_args):
         raise ConfigError(

@@ -17,13 +17,15 @@ from typing import Literal
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import adapter
-from pytest_wedge.routers.kinds import RouterSpec, check_worker_protocol
+from pytest_wedge.routers.kinds import AUTO_PROTOCOL, RouterSpec, resolve_worker_protocol
 from pytest_wedge.routers.template import TemplateValues, render_template
 
 Role = Literal["router", "prefill", "decode", "toxiproxy"]
 LOOPBACK = "127.0.0.1"
 _COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
 STUB_PROTOCOLS = ("sglang", "vllm")  # the stubs' --protocol choices (stubs/config.py)
+# TopologySpec's fields that are its own bookkeeping, not settings (not marker keywords).
+BOOKKEEPING_FIELDS = ("protocol_follows_router",)
 LEDGERLESS_FLAG = "--ledgerless"  # the stubs' flag that switches off ledger and control API
 
 
@@ -94,24 +96,17 @@ class TopologySpec:
     router_args: tuple[str, ...] = ()
     stub: StubOptions = field(default_factory=StubOptions)
     router: RouterSpec = field(default_factory=RouterSpec)
-    # The workers' personality: "vllm" launches the stubs with ``--protocol vllm`` (the
-    # vLLM-protocol stubs vllm-router needs); "sglang" is the stubs' default.
-    worker_protocol: str = "sglang"
+    # The workers' personality: "vllm" launches the stubs with ``--protocol vllm``, "sglang"
+    # with the stubs' default. "auto" (default): the router's own protocol, so vllm-router
+    # (also by ``--wedge-router``) gets vLLM-protocol stubs. Read back, it is always resolved.
+    worker_protocol: str = AUTO_PROTOCOL
+    # Set when the protocol was left to the router: it follows the router through
+    # ``dataclasses.replace(spec, router=...)``; a replaced stub protocol ends that. Not part
+    # of equality (the resolved protocol is).
+    protocol_follows_router: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_worker_protocol(self.worker_protocol)
-        # Two spellings of one choice: ``worker_protocol`` (the router kinds') and
-        # ``stub={"protocol": ...}`` (the stubs'). Either sets both; a contradiction is an error.
-        stub = self.stub.protocol
-        if stub != self.worker_protocol and "sglang" not in (stub, self.worker_protocol):
-            raise ConfigError(
-                "The workers' protocol is given twice, differently",
-                facts={"worker_protocol": self.worker_protocol, "stub protocol": stub},
-                fix="set one of worker_protocol= or stub={'protocol': ...}",
-            )
-        chosen = stub if stub != "sglang" else self.worker_protocol
-        object.__setattr__(self, "worker_protocol", chosen)
-        object.__setattr__(self, "stub", replace(self.stub, protocol=chosen))
+        self._resolve_protocol()
         url = self.router
         if url.kind == "url" and (len(url.prefill_listen), len(url.decode_listen),
                                   len(url.bootstrap_ports)) != (self.prefill, self.decode,
@@ -130,6 +125,14 @@ class TopologySpec:
                 facts={"prefill": self.prefill, "decode": self.decode},
                 fix="pass prefill >= 1 and decode >= 1",
             )
+
+    def _resolve_protocol(self) -> None:
+        chosen, follows = resolve_worker_protocol(
+            self.worker_protocol, self.stub.protocol, self.router, self.protocol_follows_router
+        )
+        object.__setattr__(self, "worker_protocol", chosen)
+        object.__setattr__(self, "protocol_follows_router", follows)
+        object.__setattr__(self, "stub", replace(self.stub, protocol=chosen))
 
     @property
     def prefill_names(self) -> list[str]:

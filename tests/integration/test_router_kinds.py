@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.routers.adapters import SGLANG_ROUTER
+from pytest_wedge.faults import ErrorStatus
+from pytest_wedge.routers.adapters import SGLANG_ROUTER, VLLM_ROUTER
 from pytest_wedge.routers.envs import ready_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -173,13 +174,80 @@ def test_sglang_router_has_no_stream_body_stall_flag() -> None:
     assert "--stream-body-stall-timeout-secs" not in shown
 
 
-@pytest.mark.wedge(router="vllm-router")
+@pytest.mark.wedge(router="vllm-router", worker_protocol="sglang")
 def test_vllm_router_waits_for_its_workers_then_serves_sglang_stubs_with_origin_in_the_body(wedge):
     """vllm-router 0.1.17 opens its port only once every worker is healthy (the topology
-    starts it after them); with SGLang-protocol stubs it serves traffic, the origin surviving
-    only in the body `user` (routers.md B2, B7). The vLLM-protocol stubs are the next step."""
+    starts it after them); with SGLang-protocol stubs, chosen explicitly over its own vLLM
+    protocol, it serves traffic, the origin surviving only in the body `user` (routers.md B2,
+    B7)."""
     argv = wedge.topology.components["router"].argv
     assert "--vllm-pd-disaggregation" in argv and argv[0].endswith("/bin/vllm-router")
     _ok_harness(wedge)
     decode = wedge.worker_ledgers()["decode-0"]["entries"]
     assert [e["origin"] for e in decode if e["origin"] == "harness"] == ["harness"] * 5
+
+
+def test_vllm_router_has_no_stream_body_stall_flag_and_exits_2_on_it() -> None:
+    """Cited by half-open-decode-stream: vllm-router 0.1.17 has no
+    --stream-body-stall-timeout-secs; started with it, it exits at once with code 2 (a usage
+    error), so neither the flag nor its watchdog can be armed there."""
+    import subprocess
+
+    from pytest_wedge.routers.envs import ensure_env
+
+    script = ensure_env(VLLM_ROUTER.package, VLLM_ROUTER.version).script("vllm-router")
+    shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout  # fmt: skip
+    assert "--request-timeout-secs" in shown
+    assert "--stream-body-stall-timeout-secs" not in shown
+    refused = subprocess.run([script, "--stream-body-stall-timeout-secs", "1"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr[-500:]
+
+
+@pytest.mark.wedge(router="vllm-router", router_args=["--request-timeout-secs", "2"],
+                   stub={"itl_ms": 75.0})  # fmt: skip
+def test_vllm_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_counter(wedge):
+    """Cited by fixtures/*.toml [routers.vllm-router]: with its own vLLM-protocol workers, the
+    cut is a truncated chunked body (no error frame, no [DONE]), and none of the counters
+    RequestTimeout reads exists, so its firing is not observable (routers.md B4, B5)."""
+    assert wedge.topology.spec.worker_protocol == "vllm"
+    lines, error = _stream_past_the_cap(wedge)
+    assert error == "RemoteProtocolError", lines[-3:]  # the chunked body never ended
+    assert 0 < len(lines) < 40 and "data: [DONE]" not in lines
+    assert not any('"error"' in line for line in lines), lines[-2:]
+    metrics = wedge.topology.router_metrics()
+    assert "vllm_router_" in metrics and "smg_worker_errors_total" not in metrics
+    assert "smg_worker_retries_exhausted_total" not in metrics
+
+
+@pytest.mark.wedge(router="vllm-router")
+def test_vllm_router_passes_a_prefill_error_to_the_client_without_a_retry(wedge):
+    """Cited by replayed-prefill-error-executes-twice: vllm-router 0.1.17 never retries in PD
+    mode and calls the decode only after the prefill answered, so a prefill 500 reaches the
+    client as a 500 naming the prefill, each request runs once, and the decode never sees
+    it (routers.md B3)."""
+    agents = 4
+    wedge.apply(ErrorStatus("prefill-0", origin="harness", first_n=agents, after_kv_taken=True,
+                            delay_ms=100))  # fmt: skip
+    harness = wedge.harness(agents=agents, rounds=1, max_tokens=8, client_timeout_s=20)
+    assert harness.wait(30)
+    records = wedge.ledger.by_origin("harness").records
+    assert [r.state for r in records] == ["error"] * agents
+    for record in records:
+        assert "HTTP 500" in str(record.error) and "Prefill server" in str(record.error)
+        assert "returned 500" in str(record.error)
+    executions = wedge.assert_executed_once("harness")
+    assert executions and all(e.retries == 0 and e.executed <= 1 for e in executions)
+    decode = wedge.worker_ledgers()["decode-0"]["entries"]
+    assert not [e for e in decode if e["origin"] == "harness"]
+    # The evidence reads vllm-router's own names in smg's keys: health, failures per worker.
+    from pytest_wedge.evidence.observe import router_worker_names
+    from pytest_wedge.evidence.parse import parse_router_metrics
+
+    seen = parse_router_metrics(wedge.topology.router_metrics(),
+                                router_worker_names(wedge.topology))  # fmt: skip
+    assert seen["health"] == {"prefill-0": 1.0, "decode-0": 1.0}
+    assert seen["cb_failed"].get("prefill-0") == agents and not seen["cb_failed"].get("decode-0")
+    # The locator reads the 500's text as the prefill's answer, not an unreachable link.
+    assert wedge.diagnose().location == "prefill-0"

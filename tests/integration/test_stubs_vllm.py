@@ -282,3 +282,22 @@ def test_an_aborted_pull_pins_the_prefills_kv_under_pin_on_abort(pair: Pair) -> 
     httpx.post(f"{pair.prefill}/control/watchdogs", json={"inflight_pin_s": 0.2})
     wait_for(lambda: (pair.entry(pair.prefill, "rid-pin") or {}).get("state") == "released",
              timeout_s=5, what="the pin watchdog to release the pinned KV")  # fmt: skip
+
+
+def test_an_abort_mid_prefill_pins_the_slot_under_pin_on_abort(pair: Pair) -> None:
+    """vllm-router closes the prefill leg when its client goes away mid-prefill; the buggy
+    engine keeps the request's slot anyway, until the in-flight pin watchdog frees it."""
+    for fault in ({"name": "pin", "kind": "pin_on_abort"},
+                  {"name": "slow", "kind": "stall_before_first_token"}):  # fmt: skip
+        assert httpx.post(f"{pair.prefill}/control/faults", json=fault).status_code == 200
+    with httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as client, pytest.raises(
+            httpx.ReadTimeout):  # fmt: skip
+        body = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}],
+                "stream": False, "max_tokens": 1, "kv_transfer_params": ROUTER_ASKS}  # fmt: skip
+        client.post(f"{pair.prefill}/v1/chat/completions", json=body,
+                    headers={"X-Request-ID": "rid-mid"})  # fmt: skip
+    assert set(observe(lambda: (pair.entry(pair.prefill, "rid-mid") or {}).get("state"),
+                       for_s=0.5)) == {"inflight"}  # fmt: skip
+    httpx.post(f"{pair.prefill}/control/watchdogs", json={"inflight_pin_s": 0.2})
+    wait_for(lambda: (pair.entry(pair.prefill, "rid-mid") or {}).get("state") == "released",
+             timeout_s=5, what="the pin watchdog to release the pinned slot")  # fmt: skip

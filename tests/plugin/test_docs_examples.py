@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_wedge.scenarios.catalog import Expect, load_scenario
-from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.topology.spec import BOOKKEEPING_FIELDS, TopologySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-hang-test.md"
@@ -112,7 +112,8 @@ def test_the_guide_shows_every_key_of_the_format():
     expected = {
         "top": {"name", "summary", "incident", "timeout_s", "topology", "load", "faults",
                 "watchdogs", "expect", "faults.at_s", "faults.for_s", "watchdogs.expect_fire"},
-        "topology": {f.name for f in fields(TopologySpec)} | {"runtime"},
+        "topology": {f.name for f in fields(TopologySpec) if f.name not in BOOKKEEPING_FIELDS}
+        | {"runtime"},
         "load": {"warmup_requests", "harness", "stray", "aborter", "stray.target"},
         "expect": {f.name for f in fields(Expect)},
     }  # fmt: skip

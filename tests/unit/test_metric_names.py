@@ -89,3 +89,22 @@ def test_dp_ranks_and_label_sets_are_summed() -> None:
             'vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9\n')  # fmt: skip
     values = parse_engine_metrics(text)
     assert values == {"num_running_reqs": 5.0, "num_aborted_requests": 4.0}
+
+
+def test_vllm_routers_own_names_are_read_into_smgs_keys() -> None:
+    """vllm-router 0.1.17's health gauge and per-worker error counters (routers.md B5) fill
+    the keys the locators read for smg; labels are the worker URLs the router was given."""
+    from pytest_wedge.evidence.parse import parse_router_metrics
+
+    text = "\n".join([
+        'vllm_router_worker_health{worker="http://127.0.0.1:1"} 1',
+        'vllm_router_worker_health{worker="http://127.0.0.1:2"} 0',
+        'vllm_router_pd_prefill_errors_total{worker="http://127.0.0.1:1"} 3',
+        'vllm_router_pd_decode_errors_total{worker="http://127.0.0.1:2"} 2',
+        'vllm_router_pd_active_decode_requests{worker="http://127.0.0.1:2",rank="aggregate"} 1',
+    ]) + "\n"  # fmt: skip
+    names = {"http://127.0.0.1:1": "prefill-0", "http://127.0.0.1:2": "decode-0"}
+    seen = parse_router_metrics(text, names)
+    assert seen["health"] == {"prefill-0": 1.0, "decode-0": 0.0}
+    assert seen["cb_failed"] == {"prefill-0": 3.0, "decode-0": 2.0}
+    assert seen["requests_active"] == {} and seen["cb_state"] == {}  # no such series

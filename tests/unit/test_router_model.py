@@ -107,3 +107,27 @@ def test_descriptions_name_kind_version_and_what_bypasses_the_links() -> None:
     assert any("Pause" in line for line in unproxied(RouterSpec(kind="url",
                url="http://127.0.0.1:1", prefill_listen=(1,), decode_listen=(2,),
                bootstrap_ports=(3,))))  # fmt: skip
+
+
+def test_the_workers_speak_the_routers_protocol_unless_chosen() -> None:
+    """vllm-router speaks only vLLM's protocol to its workers, so a topology that leaves the
+    protocol alone gets vLLM stubs on it, also when ``--wedge-router`` swaps the router in;
+    an explicit choice (either spelling) wins."""
+    import dataclasses
+
+    vllm_router = RouterSpec(kind="vllm-router")
+    assert TopologySpec().worker_protocol == "sglang"
+    assert TopologySpec(router=vllm_router).worker_protocol == "vllm"
+    swapped = dataclasses.replace(TopologySpec(), router=vllm_router)
+    assert swapped.worker_protocol == "vllm" and swapped.stub.protocol == "vllm"
+    assert dataclasses.replace(swapped, router=RouterSpec()).worker_protocol == "sglang"
+    pinned = TopologySpec(worker_protocol="sglang")
+    assert dataclasses.replace(pinned, router=vllm_router).worker_protocol == "sglang"
+    by_stub = wedge(stub={"protocol": "vllm"}).spec
+    assert dataclasses.replace(by_stub, router=RouterSpec()).worker_protocol == "vllm"
+    stub_vllm = dataclasses.replace(TopologySpec().stub, protocol="vllm")
+    assert dataclasses.replace(TopologySpec(), stub=stub_vllm).worker_protocol == "vllm"
+    like_vllm = RouterSpec(kind="command", command=("r", "{port}"), like="vllm-router")
+    assert TopologySpec(router=like_vllm).stub.protocol == "vllm"
+    with pytest.raises(ConfigError, match="given twice"):
+        wedge(worker_protocol="sglang", stub={"protocol": "vllm"})

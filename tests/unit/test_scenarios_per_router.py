@@ -49,6 +49,7 @@ expect = { cleared_within_s = 5 }
     assert on_smg.spec == scenario.spec and on_smg.expect == scenario.expect
     on_vllm = for_router(scenario, "vllm-router")  # no table: only the router changes
     assert on_vllm.spec.router.kind == "vllm-router" and on_vllm.expect == scenario.expect
+    assert on_vllm.spec.worker_protocol == "vllm"  # vllm-router speaks only vLLM's protocol
 
 
 @pytest.mark.parametrize(("table", "key"), [

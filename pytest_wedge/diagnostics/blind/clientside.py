@@ -24,6 +24,9 @@ BROKEN = ("RemoteProtocolError", "ReadError", "WriteError", "Server disconnected
           "onnection reset", "stream ended without [DONE]", "load stopped")  # fmt: skip
 _STATUS = re.compile(r"HTTP (\d{3})")
 _URL = re.compile(r"(https?://[0-9a-zA-Z.\-]+:\d+)")
+# vllm-router's plain-text errors name no code: "Prefill server URL returned 500 ...", which
+# says the worker answered with an error (not that the router could not reach it).
+_RETURNED = re.compile(r"\b(Prefill|Decode) server \S+ returned \d{3}")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ def read_error(record: dict[str, Any]) -> Phase:
                                  "decode_unavailable", "admission_queue",
                                  "PD disaggregation request failed", "pd_prefill_queue")
                      if c in error), "")  # fmt: skip
+        if not code and (returned := _RETURNED.search(error)):
+            code = f"{returned.group(1).lower()}_returned_error"
         return Phase("failed", "status", status=status, code=code, url=url)
     if "stream error frame" in error or "truncated error frame" in error:
         timed = "timed out" in error or "timeout" in error
