@@ -215,6 +215,8 @@ class Servers:
         if not obs.router:
             why = obs.unanswered.get("router metrics", "not read")
             return f"router metrics: {why}"
+        if not obs.router_in_flight_known:
+            return "router in flight: this router keeps no per-worker count"
         active = ", ".join(f"{w} {obs.in_flight(w):g}" for w in obs.worker_names)
         admitted = obs.router.get("admission_inflight", 0.0)
         return f"router in flight (smg_worker_requests_active): {active}; admitted {admitted:g}"
