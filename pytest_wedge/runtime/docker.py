@@ -78,6 +78,7 @@ class DockerRuntime(LogFiles):
         self._client = client or connect()
         self._local_pids = local_engine(self._client)
         self._image = ensure_image(self._client)
+        self._extras: set[str] = set()
         self._prefix = f"pytest-wedge-{session_id}-{uuid.uuid4().hex[:6]}"
         self._specs: dict[str, ComponentSpec] = {}
         self._containers: dict[str, Any] = {}
@@ -102,10 +103,12 @@ class DockerRuntime(LogFiles):
             )
         program = component.argv[0]
         if os.path.isabs(program) and program not in self._image.paths:
-            from pytest_wedge.runtime.images import ensure_image
+            from pytest_wedge.runtime.images import ensure_image, program_roots
 
-            # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...).
-            self._image = ensure_image(self._client, [program])
+            # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...), or a
+            # router's isolated venv. Kept: a later image must not drop an earlier one's extras.
+            self._extras.update(program_roots(program))
+            self._image = ensure_image(self._client, sorted(self._extras))
         with self._lock:
             self._specs[component.name] = component
             self._pending[component.name] = self._pool.submit(self._run, component)

@@ -1,11 +1,13 @@
 """Offline images for the docker runtime: a root filesystem taken from this host's own files.
 
 No registry is reachable where this runs, so nothing can be pulled. Instead the venv (smg,
-py-spy, the stubs), the CPython it links to, the pytest_wedge sources, the Toxiproxy binary
-and the ``ldd`` closure of every ELF file among them are written into one tar stream and loaded
-with ``docker import``. Every file keeps its absolute host path, because venv shebangs,
-``pyvenv.cfg home=`` and RUNPATHs all point at it; that is also why the component command lines
-of the process runtime work unchanged in a container.
+py-spy, the stubs), the CPython it links to, the pytest_wedge sources, the Toxiproxy binary,
+the venv of a router kind that runs from its own (copied as made on the host, so the pinned
+version is the one the process runtime runs) and the ``ldd`` closure of every ELF file among
+them are written into one tar stream and loaded with ``docker import``. Every file keeps its
+absolute host path, because venv shebangs, ``pyvenv.cfg home=`` and RUNPATHs all point at it;
+that is also why the component command lines of the process runtime work unchanged in a
+container.
 
 The tag is a hash of the file list with sizes and mtimes, so an unchanged tree is built once
 and later sessions only look the tag up.
@@ -280,6 +282,15 @@ def default_extras() -> list[str]:
     with contextlib.suppress(Exception):
         extras.append(find_toxiproxy(None, Path(__file__).resolve().parents[2]))
     return extras
+
+
+def program_roots(program: str) -> list[str]:
+    """What ``program`` needs in the image: itself, and the whole venv when it is a venv's
+    console script (its shebang, ``pyvenv.cfg`` and site-packages live there). That is how a
+    pinned router's isolated venv (``routers/envs.py``) reaches the image, as the same files
+    the process runtime runs; a user's own build in its own venv comes along the same way."""
+    venv = Path(program).parent.parent
+    return [program, str(venv)] if (venv / "pyvenv.cfg").is_file() else [program]
 
 
 def forget_lookups() -> None:
