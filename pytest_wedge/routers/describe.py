@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pytest_wedge.routers.adapters import RouterAdapter, RouterMetrics, adapter
-from pytest_wedge.routers.envs import env_path, ready_env
+from pytest_wedge.routers.envs import IsolatedEnv, env_path, ready_env
 from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
 
 
@@ -104,6 +104,15 @@ def _version(package: str) -> str:
         return "(version unknown)"
 
 
+def env_version(env: IsolatedEnv) -> str | None:
+    """The version of ``env.package`` installed in the venv, read from its metadata (no
+    interpreter is started, nothing is installed); None when it is not there."""
+    for site in sorted(env.path.glob("lib/python*/site-packages")):
+        for found in importlib.metadata.distributions(name=env.package, path=[str(site)]):
+            return found.version
+    return None
+
+
 def describe_router(router: RouterSpec, argv: Sequence[str] = (),
                     runtime: str = "process") -> ComponentDescription:  # fmt: skip
     binary = argv[0] if argv else "(not started)"
@@ -127,7 +136,7 @@ def describe_router(router: RouterSpec, argv: Sequence[str] = (),
             if env
             else f"built-in adapter, venv {env_path(kind.package, kind.version)} not made"
         )
-        version = kind.version if env else f"{kind.version} (pinned)"
+        version = (env_version(env) or kind.version) if env else f"{kind.version} (pinned)"
     else:
         started, version = f"built-in adapter, this environment, {on}", _version(kind.package)
     return ComponentDescription("router", kind.name, binary, version, started)
