@@ -9,6 +9,7 @@ assertions read the terminal section and ``diagnosis.json``, as a user would.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ def run_failing(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     """Run the failing test; return its terminal wedge section and its diagnosis.json."""
     monkeypatch.setenv(ENV_DIR_VARIABLE, str(ENVS))
     pytester.makepyfile(test_versions=FAILS_IN_A_PAUSED_ROUTER.format(keywords=keywords))
+    junit = f"--junitxml={pytester.path / 'junit.xml'}"
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", "-p", "no:randomly",
-                                           "-p", "no:cacheprovider")  # fmt: skip
+                                           "-p", "no:cacheprovider", junit)  # fmt: skip
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     section = text[text.index("- wedge -") :]
@@ -80,6 +82,12 @@ def test_a_report_on_smg_names_every_component_its_version_and_how_it_started(
     assert any(x.startswith("not through Toxiproxy: the registration-time TCP connect")
                for x in lines)  # fmt: skip
     assert "no worker ledgers" not in section
+
+    # JUnit carries the same section in the failed case's system-out.
+    (case,) = ET.parse(pytester.path / "junit.xml").iter("testcase")
+    out = case.findtext("system-out") or ""
+    assert "what ran (name: kind version (binary; how it started)):" in out
+    assert "router: smg 1.13." in out and "toxiproxy: toxiproxy-server 2.12.0" in out
 
     components = by_name(summary)
     assert list(components) == ["router", "prefill-0", "decode-0", "toxiproxy"]
