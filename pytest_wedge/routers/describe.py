@@ -194,8 +194,9 @@ def describe_kind(name: str) -> str:
     if not kind.isolated:
         return f"{name} {_version(kind.package)} (this environment)"
     env = ready_env(kind.package, kind.version)
-    where = f"isolated venv {env.path}" if env else "isolated venv, made on first use"
-    return f"{name} {kind.version} ({where})"
+    if env is None:
+        return f"{name} {kind.version} (isolated venv, made on first use)"
+    return f"{name} {env_version(env) or kind.version} (isolated venv {env.path})"
 
 
 def unproxied(router: RouterSpec) -> list[str]:
