@@ -102,7 +102,8 @@ class DockerRuntime(LogFiles):
                 fix=f"call restart({component.name!r}) to replace it, or stop it first",
             )
         program = component.argv[0]
-        if os.path.isabs(program) and program not in self._image.paths:
+        # The image holds a file reached through a symlinked directory by its real path.
+        if os.path.isabs(program) and os.path.realpath(program) not in self._image.paths:
             from pytest_wedge.runtime.images import ensure_image, program_roots
 
             # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...), or a

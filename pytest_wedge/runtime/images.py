@@ -339,9 +339,11 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
     return info
 
 
-def _prune_old(client: Any, keep: str) -> None:
-    """Drop superseded builds; one still used by a container stays (removal is not forced)."""
-    for image in client.images.list(name=REPOSITORY):
+def _prune_old(client: Any, keep: str, recent: int = 3) -> None:
+    """Drop superseded builds but the ``recent`` newest: one image per router venv, so runs that
+    alternate router kinds reuse theirs. One used by a container stays (removal is not forced)."""
+    images = sorted(client.images.list(name=REPOSITORY), key=lambda i: i.attrs.get("Created", ""))
+    for image in images[:-recent]:
         if keep not in image.tags:
             with contextlib.suppress(Exception):
                 client.images.remove(image.id, force=False, noprune=False)
