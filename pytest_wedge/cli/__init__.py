@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--toxiproxy", default=None, metavar="PATH",
                         help="check this toxiproxy-server instead of discovering one")
-    doctor.add_argument("--router", **router_option("the router kind the run will use: smg "
-                        "must then be installed; a pinned kind's venv is made on first use"))
+    doctor.add_argument("--router", **router_option("the router kind the run will use (a "
+                        "pinned kind's venv is made on first use, never by doctor)"))
 
     reference = commands.add_parser(
         "reference", help="write the reference pages (faults, load options, ledger, metrics)",

@@ -65,12 +65,12 @@ def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
 
 
 def check_smg(chosen: bool = True) -> Check:
-    """smg, from this environment: needed ("!!" when missing) only when it is the router."""
+    """smg, from this environment. Needed whichever router runs: every bring-up looks for it
+    (``topology.running.find_executables``), so its absence is "!!" even then."""
     path = smg_path()
     if path is None:
-        return Check("smg", "!!" if chosen else "--", f"not on PATH nor next to "
-                     f"{sys.executable}. To fix this: pip install 'smg>=1.13,<1.14' into this "
-                     "environment")  # fmt: skip
+        return Check("smg", "!!", f"not on PATH nor next to {sys.executable}. To fix this: "
+                     "pip install 'smg>=1.13,<1.14' into this environment")  # fmt: skip
     version = probe_version([path, "--version"]) or package_version("smg")
     role = "the router" if chosen else "router kind smg"
     return Check("smg", "ok", f"{version or '(no version reported)'} {path} ({role}, "
