@@ -42,6 +42,7 @@ from pytest_wedge.runtime.base import (
 )
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
 from pytest_wedge.runtime.process import owner_alive, owner_tag
+from pytest_wedge.runtime.programs import check_bare_name, in_image, program_roots
 from pytest_wedge.topology.spec import ComponentSpec
 
 LABEL_SESSION = "pytest-wedge.session"
@@ -102,9 +103,9 @@ class DockerRuntime(LogFiles):
                 fix=f"call restart({component.name!r}) to replace it, or stop it first",
             )
         program = component.argv[0]
-        # The image holds a file reached through a symlinked directory by its real path.
-        if os.path.isabs(program) and os.path.realpath(program) not in self._image.paths:
-            from pytest_wedge.runtime.images import ensure_image, program_roots
+        check_bare_name(component.name, program, self._image.paths, self.image)
+        if os.path.isabs(program) and not in_image(program, self._image.paths):
+            from pytest_wedge.runtime.images import ensure_image
 
             # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...), or a
             # router's isolated venv. Kept: a later image must not drop an earlier one's extras.

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.runtime.programs import CONTAINER_PATH
 
 REPOSITORY = "pytest-wedge-local"
 LOADER = "/lib64/ld-linux-x86-64.so.2"
@@ -45,7 +46,7 @@ _ETC = {
     "/etc/group": b"root:x:0:\nnogroup:x:65534:\n",
 }
 _CHANGES = [
-    f"ENV PATH={Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+    f"ENV PATH={':'.join(CONTAINER_PATH)}",
     "ENV LANG=C.UTF-8",
     "ENV PYTHONUNBUFFERED=1",
     "WORKDIR /tmp",
@@ -282,15 +283,6 @@ def default_extras() -> list[str]:
     with contextlib.suppress(Exception):
         extras.append(find_toxiproxy(None, Path(__file__).resolve().parents[2]))
     return extras
-
-
-def program_roots(program: str) -> list[str]:
-    """What ``program`` needs in the image: itself, and the whole venv when it is a venv's
-    console script (its shebang, ``pyvenv.cfg`` and site-packages live there). That is how a
-    pinned router's isolated venv (``routers/envs.py``) reaches the image, as the same files
-    the process runtime runs; a user's own build in its own venv comes along the same way."""
-    venv = Path(program).parent.parent
-    return [program, str(venv)] if (venv / "pyvenv.cfg").is_file() else [program]
 
 
 def forget_lookups() -> None:

@@ -1,5 +1,6 @@
-"""The pinned routers on the docker runtime: each runs from its isolated venv, copied into the
-offline image at its host path (``runtime/images.py``), never smg in its place.
+"""Router kinds on the docker runtime: each pinned router runs from its isolated venv, copied
+into the offline image at its host path (``runtime/images.py``), never smg in its place; a
+``command`` router's program given by bare name is looked up on the image's PATH, or refused.
 
 Needs a Docker daemon (``make test`` starts a private one); skipped, saying how, without one.
 """
@@ -56,3 +57,29 @@ def test_a_pinned_router_runs_in_docker_from_its_own_venv_and_a_pause_is_located
         diagnosis = wait_for(lambda: located(wedge, "stuck"), timeout_s=30,
                              what="the paused router container to show as a wedge")  # fmt: skip
         assert diagnosis.location == "router", diagnosis.render()
+
+
+SMG_BY_NAME = (
+    "{program} launch --host {{host}} --port {{port}} --pd-disaggregation "
+    "--prefill {{prefill_url[0]}} {{bootstrap_port[0]}} --decode {{decode_url[0]}} "
+    "--prometheus-host {{host}} --prometheus-port {{metrics_port}}"
+)
+
+
+def test_a_command_router_by_bare_name_runs_from_the_images_path_or_is_refused(
+    wedge_factory: Any,
+) -> None:
+    with pytest.raises(pytest.fail.Exception) as raised:  # the plugin fails the test with its text
+        wedge_factory(router={"kind": "command", "command": SMG_BY_NAME.format(program="my-router")},
+                      runtime="docker")  # fmt: skip
+    text = str(raised.value)
+    assert "ConfigError: router's program 'my-router' is not in the docker image" in text
+    assert "To fix this: give router's command its absolute path" in text
+
+    # smg by bare name is on the image's PATH (the project venv's bin/), as on the host.
+    wedge = wedge_factory(router={"kind": "command", "command": SMG_BY_NAME.format(program="smg")},
+                          runtime="docker")  # fmt: skip
+    assert wedge.topology.components["router"].argv[0] == "smg"
+    healthy = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=30)
+    assert healthy.wait(60)
+    assert wedge.ledger.by_origin("harness").states().get("ok") == 2
