@@ -7,13 +7,25 @@ bringing a topology up by hand, and seeing what this environment has.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.routers.kinds import BUILT_IN, WORKER_PROTOCOLS
 
 __all__ = ["build_parser", "main"]
+
+
+ROUTER_ENV = "PYTEST_WEDGE_ROUTER"  # the environment variable of --wedge-router
+
+
+def router_option(what: str) -> dict[str, Any]:
+    """``--router``, as pytest's ``--wedge-router``: the same kinds, the same variable."""
+    return {"choices": BUILT_IN, "default": os.environ.get(ROUTER_ENV) or "smg",
+            "help": f"{what}: {', '.join(BUILT_IN)} (default: ${ROUTER_ENV}, else smg)"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,11 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--prefill", type=int, default=1, help="prefill workers (default 1)")
     up.add_argument("--decode", type=int, default=1, help="decode workers (default 1)")
     up.add_argument("--router-arg", action="append", default=[], metavar="ARG",
-                    help="one extra `smg launch` argument (repeat it; write --router-arg=--flag)")
+                    help="one extra router argument (repeat it; write --router-arg=--flag)")
     up.add_argument("--stub", action="append", default=[], metavar="KEY=VALUE",
                     help="a stub option (StubOptions field), e.g. --stub itl_ms=5")
     up.add_argument("--runtime", choices=("process", "docker"), default=None,
                     help="process (default) or docker")
+    up.add_argument("--router", **router_option("the router kind (a pinned kind's cached venv "
+                    "is made on first use)"))
+    up.add_argument("--worker-protocol", choices=WORKER_PROTOCOLS, default="sglang",
+                    help="the stubs' protocol: sglang (default) or vllm (for vllm-router)")
     up.add_argument("--toxiproxy", default=None, metavar="PATH",
                     help="the toxiproxy-server binary (default: discovery, as in pytest)")
     up.add_argument("--artifacts", default=".wedge-artifacts",
@@ -70,13 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--json", action="store_true",
                     help="print the URLs and links as one JSON object")
     up.add_argument("router_args", nargs="*", metavar="-- ROUTER_ARGS",
-                    help="extra `smg launch` arguments, after --")
+                    help="extra router arguments, after --")
 
     doctor = commands.add_parser(
         "doctor", help="show which programs, versions and runtimes are found, and why not",
     )
     doctor.add_argument("--toxiproxy", default=None, metavar="PATH",
                         help="check this toxiproxy-server instead of discovering one")
+    doctor.add_argument("--router", **router_option("the router kind the run will use (a "
+                        "pinned kind's venv is made on first use, never by doctor)"))
 
     reference = commands.add_parser(
         "reference", help="write the reference pages (faults, load options, ledger, metrics)",
@@ -109,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_reference(args.out, check=args.check)
         from pytest_wedge.cli.doctor import run_doctor
 
-        return run_doctor(args.toxiproxy)
+        return run_doctor(args.toxiproxy, router=args.router)
     except WedgeError as exc:
         print(f"pytest-wedge {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,9 @@
 
 Each check is one line: ``ok``, ``--`` (optional and missing: only some features need it) or
 ``!!`` (missing and needed for the process runtime), the version and path found, or the
-reason and the fix. The exit code is 0 when the process runtime can run.
+reason and the fix. Each router kind gets a line (``--router`` names the one in use, as
+``--wedge-router`` does); a pinned kind's cached venv is only looked at, never made. The exit
+code is 0 when the process runtime can run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.routers.adapters import adapter
+from pytest_wedge.routers.describe import env_version
+from pytest_wedge.routers.envs import env_path, ready_env
+from pytest_wedge.routers.kinds import BUILT_IN
 from pytest_wedge.topology.tools import binary_version, package_version, probe_version, smg_path
 from pytest_wedge.topology.toxiproxy import TOXIPROXY_VERSION, locate_toxiproxy
 
@@ -58,13 +64,40 @@ def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
     return Check("toxiproxy", "ok", detail)
 
 
-def check_smg() -> Check:
+def check_smg(chosen: bool = True) -> Check:
+    """smg, from this environment. Needed whichever router runs: every bring-up looks for it
+    (``topology.running.find_executables``), so its absence is "!!" even then."""
     path = smg_path()
     if path is None:
         return Check("smg", "!!", f"not on PATH nor next to {sys.executable}. To fix this: "
                      "pip install 'smg>=1.13,<1.14' into this environment")  # fmt: skip
     version = probe_version([path, "--version"]) or package_version("smg")
-    return Check("smg", "ok", f"{version or '(no version reported)'} {path} (the router)")
+    role = "the router" if chosen else "router kind smg"
+    return Check("smg", "ok", f"{version or '(no version reported)'} {path} ({role}, "
+                 "this environment)")  # fmt: skip
+
+
+def check_isolated_router(name: str, chosen: bool) -> Check:
+    """A pinned router kind's cached venv: made or not, its version and path. Only reads
+    files: doctor never creates a venv (the first topology on that kind does)."""
+    kind = adapter(name)
+    role = "the router" if chosen else f"router kind {name}"
+    env = ready_env(kind.package, kind.version)
+    if env is None:
+        return Check(name, "--", f"not made yet: its isolated venv "
+                     f"{env_path(kind.package, kind.version)} is made on first use ({role}; "
+                     f"pip installs {kind.package}=={kind.version}, so the package index must "
+                     f"be reachable then), e.g. by `pytest-wedge up --router {name}`")  # fmt: skip
+    version = env_version(env) or "(version not found in the venv)"
+    pinned = "" if version == kind.version else f", pinned {kind.version}"
+    return Check(name, "ok", f"{version} {env.script(kind.script)} ({role}, isolated venv "
+                 f"{env.path}{pinned})")  # fmt: skip
+
+
+def check_routers(chosen: str) -> list[Check]:
+    """One line per built-in router kind, the chosen one named "the router"."""
+    return [check_smg(name == chosen) if not adapter(name).isolated
+            else check_isolated_router(name, name == chosen) for name in BUILT_IN]  # fmt: skip
 
 
 def check_go() -> Check:
@@ -113,9 +146,9 @@ def check_plugin() -> Check:
     return Check("plugin", "ok", "pytest_wedge.plugin imports; pytest loads it as `wedge`")
 
 
-def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout) -> int:
+def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout, router: str = "smg") -> int:
     checks = [check_python(), check_packages(), check_plugin(),
-              check_toxiproxy(toxiproxy, Path.cwd()), check_smg(), check_go(),
+              check_toxiproxy(toxiproxy, Path.cwd()), *check_routers(router), check_go(),
               check_docker()]  # fmt: skip
     print("pytest-wedge doctor", file=out)
     width = max(len(c.name) for c in checks)
@@ -125,5 +158,5 @@ def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout) -> int:
     if missing:
         print(f"not ready: {', '.join(missing)} (see the lines marked !!)", file=out)
         return 1
-    print("ready: the process runtime can run", file=out)
+    print(f"ready: the process runtime can run (router {router})", file=out)
     return 0

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.describe import ComponentDescription, describe_components, unproxied
 from pytest_wedge.topology.keywords import wedge
 from pytest_wedge.topology.toxiproxy import locate_toxiproxy
 
@@ -64,6 +65,8 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
         for name, link in topology.links.items()
     }
     return {
+        "what_ran": [d.to_json() for d in describe_components(topology)],
+        "not_proxied": unproxied(topology.spec.router),
         "client_url": topology.url,
         "session": session.session_id,
         "runtime": session.runtime_name,
@@ -91,6 +94,9 @@ def render(info: Mapping[str, Any]) -> str:
                      f"  (proxy {link['proxy']})")  # fmt: skip
     logs = sorted({str(Path(e["log"]).parent) for e in info["components"].values() if e["log"]})
     lines.append(f"logs: {', '.join(logs)}")
+    lines.append("what ran (name: kind version (binary; how it started)):")
+    lines += [f"  {ComponentDescription(**d).line()}" for d in info["what_ran"]]
+    lines += [f"  not through Toxiproxy: {line}" for line in info["not_proxied"]]
     lines.append(f"session: {info['session']} ({info['runtime']} runtime)")
     return "\n".join(lines)
 
@@ -106,7 +112,8 @@ def run_up(args: Any, out: TextIO = sys.stdout,
 
     parsed = wedge(prefill=args.prefill, decode=args.decode,
                    router_args=[*args.router_arg, *args.router_args],
-                   stub=parse_stub(args.stub) or None, runtime=args.runtime)  # fmt: skip
+                   stub=parse_stub(args.stub) or None, runtime=args.runtime,
+                   router=args.router, worker_protocol=args.worker_protocol)  # fmt: skip
     runtime = parsed.runtime or "process"
     if runtime not in ("process", "docker"):
         raise ConfigError(f"Unknown runtime {runtime!r}", fix="use --runtime process or docker")
@@ -117,8 +124,9 @@ def run_up(args: Any, out: TextIO = sys.stdout,
     spec = parsed.spec
     status = sys.stderr if args.json else out  # with --json, stdout carries the JSON alone
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"pytest-wedge up: {spec.prefill} prefill + {spec.decode} decode on the {runtime} "
-          "runtime ...", file=status, flush=True)  # fmt: skip
+    print(f"pytest-wedge up: {spec.prefill} prefill + {spec.decode} decode behind "
+          f"{spec.router.describe()} on the {runtime} runtime ...", file=status,
+          flush=True)  # fmt: skip
     try:
         try:
             session.start()

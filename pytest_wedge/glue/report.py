@@ -31,6 +31,7 @@ from pytest_wedge.diagnostics import Moment, capture_moment, dump_stacks, locate
 from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_start
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
+from pytest_wedge.routers.describe import describe_components, unproxied
 from pytest_wedge.watchdogs.kinds import watchdog_report
 
 ARTIFACT_FILES = "diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html"
@@ -85,6 +86,21 @@ def _fault_lines(wedge: Wedge, moment: Moment) -> list[str]:
     return lines
 
 
+def _component_lines(wedge: Wedge) -> tuple[list[str], dict[str, Any]]:
+    """What ran, for the section and ``diagnosis.json``: each component's kind, version, binary
+    and how it started, then the traffic no link carries. A verdict about a router flag means
+    one thing on smg 1.13 and another on sglang-router 0.3.2, so the report names which ran."""
+    try:
+        described = describe_components(wedge.topology)
+        bypass = unproxied(wedge.topology.spec.router)
+    except Exception as exc:  # best effort: never hide the test's own failure
+        return [f"components: could not be described ({type(exc).__name__}: {exc})"], {}
+    lines = ["what ran (name: kind version (binary; how it started)):"]
+    lines += [f"  {d.line()}" for d in described]
+    lines += [f"  not through Toxiproxy: {line}" for line in bypass]
+    return lines, {"components": [d.to_json() for d in described], "not_proxied": bypass}
+
+
 def build_report(
     wedge: Wedge,
     *,
@@ -114,13 +130,16 @@ def build_report(
     components = ", ".join(f"{n}={s}" for n, s in moment.states.items())
     lines.append(f"components {moment.label}: {components}")
     lines += _fault_lines(wedge, moment)
+    described = _component_lines(wedge)
+    lines += described[0]
+    data["components"] = described[1]
     stacks = None
     if with_stacks:
         with contextlib.suppress(Exception):
             stacks = dump_stacks(wedge.topology, timeout_s=3.0)
     if wedge.artifacts_dir is not None:
         samples = wedge.probe.samples() if wedge.probe else []
-        summary = {"test": context or {}, "moment": moment.to_json()}
+        summary = {"test": context or {}, "moment": moment.to_json(), **described[1]}
         if wedge.last_diagnosis is not None and wedge.last_diagnosis is not moment:
             summary["last_diagnose"] = wedge.last_diagnosis.to_json()
         path = write_artifacts(

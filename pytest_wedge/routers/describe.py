@@ -7,13 +7,15 @@ for smg 1.13 and another for sglang-router 0.3.2, so the report must name which 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from pytest_wedge.routers.adapters import RouterAdapter, RouterMetrics, adapter
-from pytest_wedge.routers.envs import env_path, ready_env
+from pytest_wedge.routers.envs import IsolatedEnv, env_path, ready_env
 from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
 
 
@@ -24,6 +26,10 @@ def router_metric_names(router: RouterSpec) -> RouterMetrics:
 
 def router_adapter(router: RouterSpec) -> RouterAdapter:
     return adapter(router.dialect)
+
+
+UNKNOWN_VERSION = "(version not known to pytest-wedge)"
+STUB_MODULE = "pytest_wedge.stubs"
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,18 @@ class ComponentDescription:
     def line(self) -> str:
         return f"{self.name}: {self.kind} {self.version} ({self.binary}; {self.started})"
 
+    def to_json(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
 
 class _Component(Protocol):
     @property
     def argv(self) -> tuple[str, ...]: ...
+
+
+class _Stub(Protocol):
+    @property
+    def ledger(self) -> bool: ...
 
 
 class _Spec(Protocol):
@@ -49,9 +63,25 @@ class _Spec(Protocol):
     @property
     def worker_protocol(self) -> str: ...
     @property
+    def stub(self) -> _Stub: ...
+    @property
     def prefill_names(self) -> list[str]: ...
     @property
     def decode_names(self) -> list[str]: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Executables(Protocol):
+    @property
+    def toxiproxy(self) -> str: ...
+
+
+class _Toxiproxy(Protocol):
+    def version(self) -> str: ...
 
 
 class DescribedTopology(Protocol):
@@ -59,6 +89,12 @@ class DescribedTopology(Protocol):
     def spec(self) -> _Spec: ...
     @property
     def components(self) -> Mapping[str, _Component]: ...
+    @property
+    def runtime(self) -> _Named: ...
+    @property
+    def exe(self) -> _Executables: ...
+    @property
+    def toxiproxy(self) -> _Toxiproxy: ...
 
 
 def _version(package: str) -> str:
@@ -68,49 +104,85 @@ def _version(package: str) -> str:
         return "(version unknown)"
 
 
-def describe_router(router: RouterSpec, argv: Sequence[str] = ()) -> ComponentDescription:
+def env_version(env: IsolatedEnv) -> str | None:
+    """The version of ``env.package`` installed in the venv, read from its metadata (no
+    interpreter is started, nothing is installed); None when it is not there."""
+    for site in sorted(env.path.glob("lib/python*/site-packages")):
+        for found in importlib.metadata.distributions(name=env.package, path=[str(site)]):
+            return found.version
+    return None
+
+
+def describe_router(router: RouterSpec, argv: Sequence[str] = (),
+                    runtime: str = "process") -> ComponentDescription:  # fmt: skip
     binary = argv[0] if argv else "(not started)"
+    on = f"on the {runtime} runtime"
     if router.kind == "url":
-        return ComponentDescription(
-            "router",
-            f"url ({router.like}-like)",
-            router.url or "",
-            "(version not known to pytest-wedge)",
-            "already running; not started or stopped by pytest-wedge",
-        )
+        return ComponentDescription("router", f"url ({router.like}-like)", router.url or "",
+                                    UNKNOWN_VERSION, "already running; not started or stopped "
+                                    "by pytest-wedge")  # fmt: skip
     if router.kind == "command":
+        template = " ".join(router.command)
         return ComponentDescription("router", f"command ({router.like}-like)", binary,
-                                    "(version not known to pytest-wedge)",
-                                    "from the user's command template")  # fmt: skip
+                                    UNKNOWN_VERSION, "started by pytest-wedge from the user's "
+                                    f"command template {template!r}, {on}")  # fmt: skip
     kind = adapter(router.kind)
     if kind.isolated:
         env = ready_env(kind.package, kind.version)
+        # On docker the venv is copied into the image at its host path (runtime/images.py).
+        copied = " (copied into the image)" if runtime == "docker" else ""
         started = (
-            f"built-in adapter, isolated venv {env.path}"
+            f"built-in adapter, isolated venv {env.path}{copied}, {on}"
             if env
             else f"built-in adapter, venv {env_path(kind.package, kind.version)} not made"
         )
-        version = kind.version if env else f"{kind.version} (pinned)"
+        version = (env_version(env) or kind.version) if env else f"{kind.version} (pinned)"
     else:
-        started, version = "built-in adapter, this environment", _version(kind.package)
+        started, version = f"built-in adapter, this environment, {on}", _version(kind.package)
     return ComponentDescription("router", kind.name, binary, version, started)
 
 
+def describe_worker(name: str, argv: Sequence[str], spec: _Spec,
+                    runtime: str = "process") -> ComponentDescription:  # fmt: skip
+    """A worker: a stub of either protocol (with or without its ledger), or a user's command."""
+    if not argv:
+        return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION,
+                                    "not started by pytest-wedge")  # fmt: skip
+    if STUB_MODULE not in argv:
+        return ComponentDescription(name, "command", argv[0], UNKNOWN_VERSION,
+                                    f"started by pytest-wedge from the user's command "
+                                    f"{shlex.join(argv)!r}, on the {runtime} runtime")  # fmt: skip
+    started = f"python -m {STUB_MODULE}, started by pytest-wedge on the {runtime} runtime"
+    if not spec.stub.ledger:
+        # Said here too, so nobody reads a location from public endpoints as ledger-backed.
+        started += ("; ledger-less (--ledgerless: no ledger, no control API), so the locator "
+                    "had no worker ledger of it")  # fmt: skip
+    return ComponentDescription(name, f"{spec.worker_protocol}-protocol stub", argv[0],
+                                f"pytest-wedge {_version('pytest-wedge')}", started)  # fmt: skip
+
+
+def describe_toxiproxy(topology: DescribedTopology) -> ComponentDescription:
+    """The session's Toxiproxy; its version is asked of its API (a report may run on a machine
+    whose binary on disk changed since)."""
+    try:
+        version = topology.toxiproxy.version()
+    except Exception as exc:  # a report is best effort: say why instead of failing it
+        version = f"(version unknown: {type(exc).__name__})"
+    return ComponentDescription("toxiproxy", "toxiproxy-server", topology.exe.toxiproxy, version,
+                                "started by pytest-wedge for the session, on the "
+                                f"{topology.runtime.name} runtime")  # fmt: skip
+
+
 def describe_components(topology: DescribedTopology) -> list[ComponentDescription]:
-    """One description per component: the router, then the workers."""
-    spec = topology.spec
+    """One description per component: the router, the workers, then Toxiproxy."""
+    spec, runtime = topology.spec, topology.runtime.name
     router = topology.components.get("router")
-    described = [describe_router(spec.router, router.argv if router else ())]
+    described = [describe_router(spec.router, router.argv if router else (), runtime)]
     for name in [*spec.prefill_names, *spec.decode_names]:
         component = topology.components.get(name)
-        argv = component.argv if component else ()
-        stub = "pytest_wedge.stubs" in argv
-        kind = f"{spec.worker_protocol} stub" if stub else "command"
-        described.append(ComponentDescription(
-            name, kind, argv[0] if argv else "(not started)",
-            _version("pytest-wedge") if stub else "(version not known to pytest-wedge)",
-            "python -m pytest_wedge.stubs" if stub else "from the user's command",
-        ))  # fmt: skip
+        described.append(describe_worker(name, component.argv if component else (), spec,
+                                         runtime))  # fmt: skip
+    described.append(describe_toxiproxy(topology))
     return described
 
 
@@ -122,8 +194,9 @@ def describe_kind(name: str) -> str:
     if not kind.isolated:
         return f"{name} {_version(kind.package)} (this environment)"
     env = ready_env(kind.package, kind.version)
-    where = f"isolated venv {env.path}" if env else "isolated venv, made on first use"
-    return f"{name} {kind.version} ({where})"
+    if env is None:
+        return f"{name} {kind.version} (isolated venv, made on first use)"
+    return f"{name} {env_version(env) or kind.version} (isolated venv {env.path})"
 
 
 def unproxied(router: RouterSpec) -> list[str]:

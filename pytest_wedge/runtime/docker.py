@@ -42,6 +42,7 @@ from pytest_wedge.runtime.base import (
 )
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
 from pytest_wedge.runtime.process import owner_alive, owner_tag
+from pytest_wedge.runtime.programs import check_bare_name, in_image, program_roots
 from pytest_wedge.topology.spec import ComponentSpec
 
 LABEL_SESSION = "pytest-wedge.session"
@@ -78,6 +79,7 @@ class DockerRuntime(LogFiles):
         self._client = client or connect()
         self._local_pids = local_engine(self._client)
         self._image = ensure_image(self._client)
+        self._extras: set[str] = set()
         self._prefix = f"pytest-wedge-{session_id}-{uuid.uuid4().hex[:6]}"
         self._specs: dict[str, ComponentSpec] = {}
         self._containers: dict[str, Any] = {}
@@ -101,11 +103,14 @@ class DockerRuntime(LogFiles):
                 fix=f"call restart({component.name!r}) to replace it, or stop it first",
             )
         program = component.argv[0]
-        if os.path.isabs(program) and program not in self._image.paths:
+        check_bare_name(component.name, program, self._image.paths, self.image)
+        if os.path.isabs(program) and not in_image(program, self._image.paths):
             from pytest_wedge.runtime.images import ensure_image
 
-            # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...).
-            self._image = ensure_image(self._client, [program])
+            # A binary outside the venv and the checkout (e.g. --wedge-toxiproxy=/opt/...), or a
+            # router's isolated venv. Kept: a later image must not drop an earlier one's extras.
+            self._extras.update(program_roots(program))
+            self._image = ensure_image(self._client, sorted(self._extras))
         with self._lock:
             self._specs[component.name] = component
             self._pending[component.name] = self._pool.submit(self._run, component)

@@ -1,11 +1,13 @@
 """Offline images for the docker runtime: a root filesystem taken from this host's own files.
 
 No registry is reachable where this runs, so nothing can be pulled. Instead the venv (smg,
-py-spy, the stubs), the CPython it links to, the pytest_wedge sources, the Toxiproxy binary
-and the ``ldd`` closure of every ELF file among them are written into one tar stream and loaded
-with ``docker import``. Every file keeps its absolute host path, because venv shebangs,
-``pyvenv.cfg home=`` and RUNPATHs all point at it; that is also why the component command lines
-of the process runtime work unchanged in a container.
+py-spy, the stubs), the CPython it links to, the pytest_wedge sources, the Toxiproxy binary,
+the venv of a router kind that runs from its own (copied as made on the host, so the pinned
+version is the one the process runtime runs) and the ``ldd`` closure of every ELF file among
+them are written into one tar stream and loaded with ``docker import``. Every file keeps its
+absolute host path, because venv shebangs, ``pyvenv.cfg home=`` and RUNPATHs all point at it;
+that is also why the component command lines of the process runtime work unchanged in a
+container.
 
 The tag is a hash of the file list with sizes and mtimes, so an unchanged tree is built once
 and later sessions only look the tag up.
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.runtime.programs import CONTAINER_PATH
 
 REPOSITORY = "pytest-wedge-local"
 LOADER = "/lib64/ld-linux-x86-64.so.2"
@@ -43,7 +46,7 @@ _ETC = {
     "/etc/group": b"root:x:0:\nnogroup:x:65534:\n",
 }
 _CHANGES = [
-    f"ENV PATH={Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+    f"ENV PATH={':'.join(CONTAINER_PATH)}",
     "ENV LANG=C.UTF-8",
     "ENV PYTHONUNBUFFERED=1",
     "WORKDIR /tmp",
@@ -328,9 +331,11 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
     return info
 
 
-def _prune_old(client: Any, keep: str) -> None:
-    """Drop superseded builds; one still used by a container stays (removal is not forced)."""
-    for image in client.images.list(name=REPOSITORY):
+def _prune_old(client: Any, keep: str, recent: int = 3) -> None:
+    """Drop superseded builds but the ``recent`` newest: one image per router venv, so runs that
+    alternate router kinds reuse theirs. One used by a container stays (removal is not forced)."""
+    images = sorted(client.images.list(name=REPOSITORY), key=lambda i: i.attrs.get("Created", ""))
+    for image in images[:-recent]:
         if keep not in image.tags:
             with contextlib.suppress(Exception):
                 client.images.remove(image.id, force=False, noprune=False)

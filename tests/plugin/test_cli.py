@@ -177,7 +177,7 @@ def test_doctor_lists_what_it_found(tmp_path: Path) -> None:
     assert "pytest-wedge 0.1.0" in line("packages")
     assert line("docker").split()[0] in ("ok", "--")  # either way, it says which and why
     assert line("go").split()[0] in ("ok", "--")
-    assert lines[-1] == "ready: the process runtime can run"
+    assert lines[-1] == "ready: the process runtime can run (router smg)"
 
 
 def test_doctor_says_why_toxiproxy_is_missing(tmp_path: Path) -> None:

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_wedge.routers.envs import cache_root
+
 pytestmark = pytest.mark.timeout(120)
 TOXIPROXY = Path(__file__).resolve().parents[2] / "bin" / "toxiproxy-server"
+ENVS = cache_root()  # read before pytester points HOME elsewhere
 USES_WEDGE = "def test_topology(wedge):\n    assert wedge.url.startswith('http://127.0.0.1:')\n"
 LIGHT = """
 import sys
@@ -109,3 +112,18 @@ def test_a_slow_bring_up_says_what_it_waits_for(pytester: pytest.Pytester, clean
         "wedge: bringing up 1 prefill + 1 decode on the process runtime ...",
         "wedge: bringing up 1 prefill + 1 decode on the process runtime: ready after *.* s",
     ])  # fmt: skip
+
+
+def test_the_header_names_the_router_kind_its_installed_version_and_venv(
+    pytester: pytest.Pytester, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_wedge.routers.envs import ENV_DIR_VARIABLE, ready_env
+
+    envs = ENVS  # pytester's HOME would hide the cached venvs
+    monkeypatch.setenv(ENV_DIR_VARIABLE, str(envs))
+    env = ready_env("sglang-router", "0.3.2", envs)
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", "--wedge-router=sglang-router")
+    result.assert_outcomes(passed=1)
+    where = f"isolated venv {env.path}" if env else "isolated venv, made on first use"
+    result.stdout.fnmatch_lines([f"wedge: runtime process (default), router sglang-router 0.3.2 ({where}) (PD mode)"])
