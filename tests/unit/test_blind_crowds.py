@@ -137,3 +137,38 @@ def test_one_request_passing_through_a_decode_is_not_the_transfer_that_holds_the
                                          "num_running_reqs": 0.0}},
                    health={"via decode-0->prefill-1": "did not answer within 0.20 s"})  # fmt: skip
     located(obs, "decode-0->prefill-1", "likely")
+
+
+def test_a_decode_slow_to_answer_health_does_not_outrank_the_prefill_holding_them() -> None:
+    # StallBeforeFirstToken on prefill-0; on a loaded machine decode-0's /health took longer
+    # than 0.2 s to answer.
+    obs = observed(pending(30), router=in_flight(prefill_0=30, decode_0=30),
+                   workers={"prefill-0": {"num_running_reqs": 30.0},
+                            "decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+                   health={"decode-0": "did not answer within 0.20 s (ReadTimeout)"})  # fmt: skip
+    located(obs, "prefill-0", "certain")
+
+
+def test_a_prefill_that_answers_nothing_holds_the_kv_a_decode_waits_for() -> None:
+    # Every endpoint of prefill-0 timed out, so its gauges read as zeros and prove nothing.
+    silent = "did not answer within 0.20 s (ReadTimeout)"
+    obs = observed(pending(2), router=in_flight(prefill_0=34, decode_0=30),
+                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+                   health={"prefill-0": silent, "prefill-0 bootstrap": silent,
+                           "via decode-0->prefill-0": silent})  # fmt: skip
+    obs.workers.pop("prefill-0")
+    located(obs, "prefill-0", "likely")
+
+
+def test_kv_ready_on_one_prefill_is_no_certainty_while_the_other_link_fails_its_probe() -> None:
+    # A timeout toxic on decode-1->prefill-0; prefill-1 has the 2 KVs decode-1 waits for in
+    # passing. Which transfer holds them is not certain.
+    obs = observed(pending(1), prefill=2, decode=2, router=in_flight(prefill_1=4, decode_1=4),
+                   workers={"prefill-1": {"num_prefill_inflight_queue_reqs": 2.0},
+                            "decode-1": {"num_decode_transfer_queue_reqs": 2.0,
+                                         "num_running_reqs": 0.0}},
+                   health={"via decode-1->prefill-0": "did not answer within 0.20 s"})  # fmt: skip
+    obs.health_s["prefill-0 bootstrap"] = 0.3  # answered, but not briskly: the timeout says little
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.confidence != "certain", diagnosis.render()
+    assert not any(r.startswith("decode-1->prefill-0:") for r in diagnosis.ruled_out)

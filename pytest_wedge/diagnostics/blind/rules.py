@@ -34,14 +34,17 @@ def router_down(s: Servers) -> Verdict | None:
     return None
 
 
-def worker_down(s: Servers, workers: list[Worker]) -> Verdict | None:
+def worker_down(s: Servers, workers: list[Worker], *, slow: bool = False) -> Verdict | None:
+    """A worker whose process is stopped or gone, or that refuses /health on its own port.
+    ``slow``: also one that did not answer in time, which a loaded machine can cause too, so
+    it is asked only after the rules that read the gauges."""
     for w in workers:
         if w.dead:
             return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}",
                              f"the router has {w.in_flight:g} in flight to it")  # fmt: skip
     for w in workers:
-        if not w.answers:
-            why = s.obs.health.get(w.name, "not asked")
+        why = s.obs.health.get(w.name, "not asked")
+        if not w.answers and (slow or "within" not in why):
             return s.verdict(w.name, LIKELY, f"{w.name} does not answer /health on its own "
                              f"port ({why})", f"the router has {w.in_flight:g} in flight to it")
     return None
@@ -101,6 +104,10 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
         return s.verdict(f"{d.name}->{p.name}", sure, wait, gap or "", anew)
     if len(ready) == 1:
         p = ready[0]
+        # Another of the decode's transfer links that does not carry /health speaks against it.
+        if any(s.obs.health.get(f"via {d.name}->{q.name}") not in (None, "ok")
+               for q in prefills if q is not p):  # fmt: skip
+            sure = LIKELY
         return s.verdict(f"{d.name}->{p.name}", sure, wait, anew, f"{p.name} has "
                          f"{p.ready_for_router:g} "
                          f"with KV ready that no decode fetched "
@@ -164,13 +171,17 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     for p in s.role("prefill"):
         s.rule_out(p.name, "it holds none queued or prefilling")
     if waiting:
-        return _transfer(s, waiting[0])
+        # A prefill that answers nothing at all holds the KV they wait for: its gauges, read
+        # as zeros, cannot clear it.
+        return worker_down(s, s.role("prefill"), slow=True) or _transfer(s, waiting[0])
     # A decode holding them without serving them is seen in its own gauges; the router's
     # count for a prefill lags its answers under load: a weak sign, asked late.
     what = "holds them and sent no first byte"
     stuck = max(s.role("decode"), key=_stuck_at, default=None)
     if stuck is not None and _stuck_at(stuck) >= max(1.0, n / 2):
         return _decode_holds(s, stuck, what)
+    if (v := worker_down(s, [*prefills, *decodes], slow=True)) is not None:
+        return v
     for w in prefills:
         if (v := _lost_between(s, w, n)) is not None:
             return v
@@ -294,6 +305,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
     fastest = max(STALL_RATE, 3 * client_rate)
     if (holder := _holder(decodes, n, strict=True, max_rate=fastest)) is not None:
         return _decode_holds(s, holder, what)
+    if (v := worker_down(s, decodes, slow=True)) is not None:
+        return v
     for d in decodes:
         if (v := _lost_between(s, d, n)) is not None:
             return v

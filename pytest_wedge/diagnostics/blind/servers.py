@@ -274,7 +274,7 @@ class Servers:
                 # A timeout through the link counts only when the far end answered briskly.
                 if self.obs.health_s.get(self.obs.far_end(link), 1.0) < BRISK_S:
                     return self.verdict(link, LIKELY, why)
-            if f"via {link}" in self.obs.health:
+            if self.obs.health.get(f"via {link}") == "ok":
                 self.rule_out(link, "it carries /health to its far end")
         return None
 
