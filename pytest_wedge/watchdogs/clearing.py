@@ -1,8 +1,11 @@
 """``expect_cleared``: does a watchdog end a wedge within its budget, with nothing lost?
 
-Time to clear runs from the wedge's onset (the first fault applied inside the block, else the
-block's start) to the moment every overdue request of the origin has a final state and, when
-recovery is required, a new request of that origin succeeds.
+Time to clear runs from the wedge's onset to the moment every overdue request of the origin has
+a final state and, when recovery is required, a new request of that origin succeeds. The onset
+is when the wedge could first hold a request of the origin: the first fault applied inside the
+block (else the block's start), or the first request of the origin sent inside the block, if
+that came later. The budget is the watchdog's, so the time a loaded client takes to put its
+first request on the network is no part of it, just as the overdue clock starts at ``sent``.
 """
 
 from __future__ import annotations
@@ -84,6 +87,22 @@ def _stuck(wedge: Scene, origin: str, overdue_after_s: float) -> list[Any]:
     return [r for r in wedge.ledger.by_origin(origin).pending() if r.age(now) >= overdue_after_s]
 
 
+def _first_sent(wedge: Scene, origin: str, since: float) -> float | None:
+    sent = [r.sent for r in wedge.ledger.by_origin(origin) if r.sent is not None]
+    return min((t for t in sent if t >= since), default=None)
+
+
+def _onset(wedge: ClearScene, origin: str, entered: float, within_s: float,
+           poll_s: float) -> float:  # fmt: skip
+    """The later of the first fault applied inside the block (else its start) and the first
+    ``origin`` request sent inside it; waited for no longer than the budget from the fault."""
+    started = [w.started for w in wedge.faults.windows if w.started >= entered]
+    fault_at = min(started, default=entered)
+    sent = poll(lambda: _first_sent(wedge, origin, entered),
+                timeout_s=fault_at + within_s - time.time(), interval_s=poll_s)  # fmt: skip
+    return fault_at if sent.value is None else max(fault_at, sent.value)
+
+
 def _watchdog_lines(rows: list[dict[str, Any]], onset: float) -> str:
     lines = []
     for row in rows:
@@ -124,8 +143,7 @@ def expect_cleared(
         wedge.watchdogs.extend(watchdogs)
         entered = time.time()
         yield check
-        started = [w.started for w in wedge.faults.windows if w.started >= entered]
-        check.onset = min(started, default=entered)
+        check.onset = _onset(wedge, origin, entered, within_s, poll_s)
         deadline = check.onset + within_s
         # A wedge must show before it can clear: requests held overdue are remembered until
         # each has a final state, so a check never passes before the wedge even began. That

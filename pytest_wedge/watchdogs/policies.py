@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pytest_wedge.diagnostics import diagnose
+from pytest_wedge.diagnostics.blind.clientside import wedged
 from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults import CoRestart
 from pytest_wedge.watchdogs.kinds import CallableWatchdog
@@ -19,13 +20,34 @@ from pytest_wedge.watchdogs.kinds import CallableWatchdog
 if TYPE_CHECKING:
     from pytest_wedge.scene import ActiveScene
 
+# The diagnosis's default span for failures that still count as wedged.
+WINDOW_S = 10.0
+
+
+def _wedged_now(scene: ActiveScene, origin: str, overdue_after_s: float) -> bool:
+    """Whether any ``origin`` request is wedged by the blind locator's own rule (overdue on
+    the sent clock, or failed in the window), read from the client ledger alone. The
+    locator answers ``none`` without one, so a check can skip the servers' reads."""
+    records = [record.to_dict() for record in scene.ledger.by_origin(origin)]
+    return bool(wedged(records, time.time(), overdue_after_s, WINDOW_S, None).wedged)
+
 
 def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float = 1.0
                                  ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
     """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
-    wedged, co-restart that PD pair (the operating rule of incident 2)."""
+    wedged, co-restart that PD pair (the operating rule of incident 2).
+
+    It polls, so each check must be cheap: it reads the servers only once the client ledger
+    shows a wedged request, and then locates blind, without the oracle (whose ledger, state
+    and toxic reads cost several times more and change no location). A check that takes
+    seconds on a loaded machine fires late and misses the clearing budget.
+    """
+
     def check(scene: ActiveScene) -> str | None:
-        diagnosis = diagnose(scene, origin=origin, overdue_after_s=overdue_after_s)
+        if not _wedged_now(scene, origin, overdue_after_s):
+            return None
+        diagnosis = diagnose(scene, origin=origin, overdue_after_s=overdue_after_s,
+                             window_s=WINDOW_S, oracle=False)  # fmt: skip
         if "->prefill-" not in diagnosis.location or diagnosis.location.startswith("router"):
             return None
         decode = diagnosis.location.split("->")[0]

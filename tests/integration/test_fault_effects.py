@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import socket
 import time
 
@@ -157,8 +156,10 @@ def test_error_status_reaches_the_client(wedge):
 def test_slow_tokens_stretch_inter_token_latency(wedge):
     wedge.apply(SlowTokens("decode-0", itl_ms=150))
     times = stream_timings(wedge)
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert len(times) == 6 and min(gaps) >= 0.12, gaps
+    # The stub sleeps 150 ms before each token after the first, so the sixth cannot arrive
+    # sooner than 5 x 150 ms after the request left. No single gap has a lower bound at the
+    # client: a token that a busy machine delivers late arrives right before the next one.
+    assert len(times) == 6 and times[-1] >= 5 * 0.15, times
 
 
 def test_crash_exits_the_worker_on_its_next_request(wedge):

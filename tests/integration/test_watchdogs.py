@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pytest_wedge.faults import DecodeOnlyRestart, PinOnAbort, StallAfterTokens
@@ -24,6 +26,23 @@ FAST_BREAKER = pytest.mark.wedge(router_args=["--cb-timeout-duration-secs", "1"]
 def half_open_streams(wedge):
     wedge.apply(StallAfterTokens("decode-0", tokens=3))
     wedge.harness(agents=5, rounds=1, client_timeout_s=30)
+
+
+@REQUEST_TIMEOUT
+def test_the_budget_runs_from_the_first_request_sent_when_the_client_is_late(wedge):
+    # A loaded CI runner can take seconds to send its first request after the fault; the
+    # watchdog cannot act on a wedge that holds nothing yet, so that time is not its budget.
+    late_client_s = 2.0
+    with wedge.expect_cleared(within_s=3.5, watchdogs=[RequestTimeout(2)],
+                              require_recovery=False) as check:  # fmt: skip
+        wedge.apply(StallAfterTokens("decode-0", tokens=3))
+        time.sleep(late_client_s)  # the client is late on purpose: nothing to wait for
+        wedge.harness(agents=5, rounds=1, client_timeout_s=30)
+    fault_at = wedge.faults.windows[-1].started
+    first_sent = min(r.sent for r in wedge.ledger.by_origin("harness") if r.sent is not None)
+    assert first_sent - fault_at >= late_client_s
+    assert check.onset == first_sent
+    assert check.time_to_clear_s is not None and 1.9 <= check.time_to_clear_s <= 3.5
 
 
 @REQUEST_TIMEOUT
