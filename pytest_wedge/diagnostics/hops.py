@@ -264,7 +264,9 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
     if stage == "waiting for KV":
         if p is None:
             prefills = ctx.snapshot.prefill
-            gap = ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)]) or "router"
+            gap = (ctx.restarted(record, prefills)
+                   or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
+                   or "router")  # fmt: skip
             return Hold(where, gap,
                         f"{d.component} waits for KV; no prefill ledger has the request")
         pstage = _prefill_stage(p)

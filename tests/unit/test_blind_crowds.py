@@ -172,3 +172,15 @@ def test_kv_ready_on_one_prefill_is_no_certainty_while_the_other_link_fails_its_
     diagnosis = locate_blind(obs, "harness", 1.0)
     assert diagnosis.confidence != "certain", diagnosis.render()
     assert not any(r.startswith("decode-1->prefill-0:") for r in diagnosis.ruled_out)
+
+
+def test_a_prefill_that_restarted_in_the_window_lost_the_kv_a_decode_waits_for() -> None:
+    # prefill-0 restarted alone: the KV of the requests its old process had is gone, while
+    # its new process has KV ready for newer ones.
+    obs = observed(pending(1), router=in_flight(prefill_0=13, decode_0=28),
+                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 11.0},
+                            "decode-0": {"num_decode_transfer_queue_reqs": 6.0,
+                                         "num_running_reqs": 21.0, "generation_tokens": 800.0}},
+                   workers_before={"decode-0": {"generation_tokens": 0.0}},
+                   started={"prefill-0": NOW - 0.9})  # fmt: skip
+    located(obs, "prefill-0", "likely", since=NOW - 1.0)

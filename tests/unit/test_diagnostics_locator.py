@@ -303,3 +303,14 @@ def test_a_decode_that_finished_after_the_client_view_was_copied_still_held_it()
     snap.observed = Observed(taken_at=NOW, prefill=["prefill-0"], decode=["decode-0"],
                              link_names=LINKS, client_at=NOW - 0.2)  # fmt: skip
     assert_located(snap, "decode-0")
+
+
+def test_a_request_whose_prefill_restarted_under_it_is_held_by_that_prefill() -> None:
+    # The new prefill process has no ledger entry for it; the decode still waits for its KV.
+    waiting = [record(0, age=1.5)]
+    decode = [entry("harness-x-0", "transfer", arrived=1.4)]
+    snap = snapshot(waiting, [], decode)
+    snap.observed = Observed(taken_at=NOW, prefill=["prefill-0"], decode=["decode-0"],
+                             link_names=LINKS, started={"prefill-0": NOW - 1.0})  # fmt: skip
+    diagnosis = locate(snap, origin="harness", overdue_after_s=1.0, since=NOW - 1.2)
+    assert diagnosis.location == "prefill-0", diagnosis.render()

@@ -76,13 +76,16 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             v.confidence = CERTAIN
         return v
     gaps = [p for p in prefills if s.obs.swallowed(f"{d.name}->{p.name}")]
-    # A decode that restarted in the window dropped its connections with bytes in them and
-    # left KV unfetched for its old requests: which link shows it says little about which
+    # A decode or prefill that restarted in the window dropped its connections with bytes in
+    # them, and its KV or its requests with them: which link shows it says little about which
     # transfer holds the requests now.
-    started = s.restarted(d.name, s.since)
-    anew = (f"{d.name}'s process started anew in the window (at {started:.2f})"
-            if started is not None else "")  # fmt: skip
-    sure = LIKELY if started is not None else CERTAIN
+    renewed = [(w, t) for w in [d, *prefills] if (t := s.restarted(w.name, s.since)) is not None]
+    anew = "; ".join(f"{w.name}'s process started anew in the window (at {t:.2f})"
+                     for w, t in renewed)  # fmt: skip
+    sure = LIKELY if anew else CERTAIN
+    if len(renewed) == 1 and renewed[0][0] is not d:
+        # The prefill alone restarted: the KV of the requests it had went with its old process.
+        return s.verdict(renewed[0][0].name, LIKELY, wait, anew)
     # KV ready on a prefill in about the numbers the decode waits for (not one passing through,
     # nor requests sent to it directly, whose KV no decode will ever fetch).
     ready = [p for p in prefills if p.ready_for_router >= max(1.0, d.waiting_kv / 2)]
