@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.diagnostics.blind.clientside import wedged
-from pytest_wedge.evidence.prometheus import metric_value
+from pytest_wedge.evidence.parse import parse_engine_metrics
 from pytest_wedge.faults import CoRestart
 from pytest_wedge.watchdogs.kinds import CallableWatchdog
 
@@ -69,9 +69,16 @@ def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
     tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
     so it never fires on a wedge that only the harness suffers."""
     idle_since: list[float | None] = [None]
+    last_tokens: list[float | None] = [None]
 
     def check(scene: ActiveScene) -> str | None:
-        if metric_value(scene.topology.stub(component).metrics(), "sglang:gen_throughput") > 0:
+        # The engine's generated-tokens counter, in whichever vocabulary it speaks (SGLang's
+        # sglang:generation_tokens_total, vLLM's vllm:generation_tokens_total): aggregate
+        # throughput is above zero while it grows between two checks.
+        tokens = parse_engine_metrics(scene.topology.stub(component).metrics()).get(
+            "generation_tokens", 0.0)
+        before, last_tokens[0] = last_tokens[0], tokens
+        if before is None or tokens > before:
             idle_since[0] = None
             return None
         now = time.monotonic()
