@@ -7,8 +7,10 @@ configuration). The bounded series feeds the timeline; the latest slow sample is
 point of rates, and the slow sample from before a wedge is the start of the window over which
 link traffic and router counters are compared.
 
-The sampling runs in its own interpreter (``evidence/sampler.py``): in the test process it
-competed with the harness for the GIL. Here a reader thread, blocked on a pipe most of the
+The sampling runs in its own process (``evidence/sampler.py``): in the test process it
+competed with the harness for the GIL. That process is forked from a pre-imported parent, the
+zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so a probe costs a fork, not
+an interpreter's imports. Here a reader thread, blocked on a pipe most of the
 time, unpickles each sample and adds to each slow one what only this process knows: the
 runtime's view of the components (paused, stopped, restarted). Samples keep their type,
 :class:`Snapshot`.
@@ -17,8 +19,8 @@ runtime's view of the components (paused, stopped, restarted). Samples keep thei
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,22 +30,20 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from pytest_wedge.errors import WedgeError
-from pytest_wedge.evidence.sampler import PROGRAM, config_line, read_frame, sample_once
+from pytest_wedge.evidence.launch import ForkedSampler, ProbeError, fork_sampler
+from pytest_wedge.evidence.sampler import config_line, read_frame, sample_once
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
+__all__ = ["Probe", "ProbeError"]
+
 STDERR_TAIL_BYTES = 4000
 
 
-class ProbeError(WedgeError):
-    """The probe's sampler process failed: it exited while the test ran, or would not start."""
-
-
-def _reap(process: subprocess.Popen[bytes]) -> None:
+def _reap(process: ForkedSampler) -> None:
     """Last resort (the probe was dropped or the interpreter exits without ``stop``)."""
     if process.poll() is None:
         with contextlib.suppress(OSError):
@@ -83,7 +83,9 @@ class Probe:
         self.failure: ProbeError | None = None
         self._failure_raised = False
         self._stopping = False
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ForkedSampler | None = None
+        self._stdin: IO[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._stderr: IO[bytes] | None = None
 
@@ -106,29 +108,36 @@ class Probe:
                              self.slow_every)  # fmt: skip
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", PROGRAM], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True,
-            )  # fmt: skip
-        except OSError as exc:
-            raise ProbeError(
-                "The probe's sampler could not be started",
-                facts={"command": f"{sys.executable} -m {PROGRAM}", "error": exc},
-                fix="check that this Python can run `python -m pytest_wedge.evidence.sampler`",
-            ) from exc
+        self._process, self._stdin, self._stdout = self._fork_sampler(self._stderr.fileno())
         weakref.finalize(self, _reap, self._process)
-        assert self._process.stdin is not None
         # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
         with contextlib.suppress(BrokenPipeError):
-            self._process.stdin.write(config)
-            self._process.stdin.flush()
+            self._stdin.write(config)
+            self._stdin.flush()
         self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
         self._reader.start()
-        # The sampler needs a moment to start (seconds on a loaded machine), and a fault applied
+        # The first probe of a process waits for the zygote's imports, and a fault applied
         # right after the start still needs a sample from before it: one is taken here, at once.
         threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
         return self
+
+    @staticmethod
+    def _fork_sampler(stderr: int) -> tuple[ForkedSampler, IO[bytes], IO[bytes]]:
+        """A sampler forked by the zygote, with two pipes: its stdin (only this process ever
+        holds the write end, so its end of file is this probe's stop or this process's death)
+        and its stdout."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            process = fork_sampler(in_r, out_w, stderr)
+        except ProbeError:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            raise
+        finally:  # the zygote and the sampler hold their own copies of these ends
+            os.close(in_r)
+            os.close(out_w)
+        return process, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
 
     def _first_sample(self) -> None:
         try:
@@ -142,11 +151,11 @@ class Probe:
                 self._slow.append(snapshot)
 
     def _read(self) -> None:
-        process = self._process
-        assert process is not None and process.stdout is not None
+        process, stdout = self._process, self._stdout
+        assert process is not None and stdout is not None
         while True:
             try:
-                frame = read_frame(process.stdout)
+                frame = read_frame(stdout)
             except Exception as exc:  # a frame that does not decode: count it, keep reading
                 self._count_error(f"undecodable frame: {type(exc).__name__}: {exc}")
                 continue
@@ -203,9 +212,9 @@ class Probe:
         # A sampler already gone when the stop comes died under the test: the reader reports it.
         self._stopping = process is not None and process.poll() is None
         if process is not None:
-            if process.stdin is not None:
+            if self._stdin is not None:
                 with contextlib.suppress(OSError):
-                    process.stdin.close()
+                    self._stdin.close()
             try:
                 process.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -213,8 +222,8 @@ class Probe:
                 process.wait(timeout_s)
             if self._reader is not None:
                 self._reader.join(timeout_s)
-            if process.stdout is not None:
-                process.stdout.close()
+            if self._stdout is not None:
+                self._stdout.close()
         if self._stderr is not None:
             self._stderr.close()
         if self.failure is not None and not self._failure_raised:
