@@ -5,9 +5,9 @@ only when that connection ends (``link.go`` counts after ``io.Copy`` returns). E
 the topology keeps its connections alive (smg's pool, the load's and the stubs' aiohttp pools),
 so those counters alone stay flat for a whole test. The live part comes from the kernel: the
 bytes each open socket that Toxiproxy accepted on a link's listen port has received and had
-acknowledged (``tcp_info``, read with iproute2's ``ss``). Closed connections are in Toxiproxy's
-counters, open ones in the kernel's, so their sum is the link's traffic so far, and two samples
-give a rate.
+acknowledged (``tcp_info``, asked of the kernel over netlink as iproute2's ``ss`` does: see
+``evidence/sockdiag.py``). Closed connections are in Toxiproxy's counters, open ones in the
+kernel's, so their sum is the link's traffic so far, and two samples give a rate.
 
 Per link and direction: ``upstream`` is what the link's client sent towards the target,
 ``downstream`` what the target sent back (Toxiproxy's ``upstream_in`` and ``downstream_out``).
@@ -15,6 +15,7 @@ Per link and direction: ``upstream`` is what the link's client sent towards the 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from pytest_wedge.evidence.observe import link_bytes
+from pytest_wedge.evidence.sockdiag import socket_bytes
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -65,9 +67,27 @@ class LinkRates:
 
 def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
     """Bytes received and acknowledged so far on each open socket whose local port is a link's
-    listen port (Toxiproxy's accepted side), summed per link. Empty when ``ss`` is missing."""
+    listen port (Toxiproxy's accepted side), summed per link: asked of the kernel over netlink
+    (``evidence/sockdiag.py``), else read from ``ss``. Empty when neither answers."""
+    if not ports:
+        return {}
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
+        return socket_bytes(ports)
+    return _ss_socket_bytes(ports)
+
+
+def kernel_readable() -> bool:
+    """Whether open sockets' bytes can be read at all (netlink, else ``ss``)."""
+    try:
+        socket_bytes({})
+    except (OSError, AttributeError):
+        return shutil.which("ss") is not None
+    return True
+
+
+def _ss_socket_bytes(ports: Mapping[int, str]) -> Totals:
     ss = shutil.which("ss")
-    if ss is None or not ports:
+    if ss is None:
         return {}
     wanted = " or ".join(f"sport = :{port}" for port in ports)
     done = subprocess.run(
@@ -174,8 +194,9 @@ class LinkMeter:
             return list(self._series)
 
     def rates(self) -> LinkRates:
-        # Without ss the open connections are unseen: say so rather than claim both sources.
-        source = SOURCE_BOTH if shutil.which("ss") else f"{SOURCE_TOXIPROXY}; ss not found"
+        # Without netlink or ss the open connections are unseen: say so rather than claim both.
+        unseen = f"{SOURCE_TOXIPROXY}; no netlink, ss not found"
+        source = SOURCE_BOTH if kernel_readable() else unseen
         return rates(self.series(), source)
 
     def start(self) -> Self:
