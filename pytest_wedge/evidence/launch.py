@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -22,11 +23,15 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import IO, Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.evidence.zygote import MAX_MESSAGE, PROGRAM
 from pytest_wedge.runtime.forked import ForkedProcess
+
+PROGRAM = "pytest_wedge.evidence.zygote"
+MAX_MESSAGE = 65536
+# What the zygote can become: the probe's sampler, or the link meter's (evidence/zygote.py).
+PROGRAMS = ("sampler", "meter")
 
 # The zygote imports aiohttp and the evidence modules before its first answer: seconds on a
 # loaded CI machine, so a generous bound.
@@ -38,8 +43,8 @@ class ProbeError(WedgeError):
     """The probe's sampler process failed: it exited while the test ran, or would not start."""
 
 
-class ForkedSampler(ForkedProcess):
-    """A sampler the zygote forked: ``pid``, ``poll()``, ``wait()`` and ``kill()``."""
+class ForkedChild(ForkedProcess):
+    """A sampler (or meter) the zygote forked: ``pid``, ``poll()``, ``wait()`` and ``kill()``."""
 
     def __init__(self, pid: int, zygote: SamplerZygote) -> None:
         super().__init__(pid)
@@ -71,7 +76,7 @@ class SamplerZygote:
         self._guard = threading.Lock()
         self._next_id = 0
         self._replies: dict[int, Future[int]] = {}
-        self._samplers: dict[int, ForkedSampler] = {}
+        self._samplers: dict[int, ForkedChild] = {}
         self._early_exits: dict[int, int] = {}
         self._gone = False
         self._reader = threading.Thread(target=self._read, name="wedge-zygote-reader",
@@ -83,9 +88,9 @@ class SamplerZygote:
         with self._guard:
             return not self._gone
 
-    def fork(self, stdin: int, stdout: int, stderr: int) -> ForkedSampler:
-        """A sampler with these descriptors as its stdio; returns once it has a PID. The
-        caller closes its own copies of the sampler's ends afterwards."""
+    def fork(self, program: str, stdin: int, stdout: int, stderr: int) -> ForkedChild:
+        """``program`` (one of :data:`PROGRAMS`) with these descriptors as its stdio; returns
+        once it has a PID. The caller closes its own copies of the child's ends afterwards."""
         reply: Future[int] = Future()
         with self._guard:
             if self._gone:
@@ -95,7 +100,8 @@ class SamplerZygote:
             self._replies[request_id] = reply
         try:
             with self._send_lock:
-                socket.send_fds(self._sock, [json.dumps({"id": request_id}).encode()],
+                request = {"id": request_id, "program": program}
+                socket.send_fds(self._sock, [json.dumps(request).encode()],
                                 [stdin, stdout, stderr])  # fmt: skip
             pid = reply.result(timeout=FIRST_FORK_TIMEOUT_S)
         except (OSError, TimeoutError, RuntimeError) as exc:
@@ -103,7 +109,7 @@ class SamplerZygote:
                 self._replies.pop(request_id, None)
             raise self._failed(exc) from exc
         with self._guard:
-            sampler = self._samplers.setdefault(pid, ForkedSampler(pid, self))
+            sampler = self._samplers.setdefault(pid, ForkedChild(pid, self))
             if pid in self._early_exits:  # it ended before we filed it
                 sampler.ended(self._early_exits.pop(pid))
         return sampler
@@ -191,8 +197,31 @@ def shared_zygote() -> SamplerZygote:
         return _shared
 
 
-def fork_sampler(stdin: int, stdout: int, stderr: int) -> ForkedSampler:
-    return shared_zygote().fork(stdin, stdout, stderr)
+def fork_child(program: str, stderr: int) -> tuple[ForkedChild, IO[bytes], IO[bytes]]:
+    """``program`` forked by this process's zygote, with two pipes: its stdin (only this process
+    ever holds the write end, so its end of file is our stop or this process's death) and its
+    stdout. ``ProbeError`` when it cannot be forked."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        child = shared_zygote().fork(program, in_r, out_w, stderr)
+    except ProbeError:
+        for fd in (in_w, out_r):
+            os.close(fd)
+        raise
+    finally:  # the zygote and the child hold their own copies of these ends
+        os.close(in_r)
+        os.close(out_w)
+    return child, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
+
+
+def reap(child: ForkedChild) -> None:
+    """Last resort (its owner was dropped or the interpreter exits without a stop)."""
+    if child.poll() is None:
+        with contextlib.suppress(OSError):
+            child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(2)
 
 
 def log_tail() -> str:

@@ -16,19 +16,27 @@ Per link and direction: ``upstream`` is what the link's client sent towards the 
 from __future__ import annotations
 
 import contextlib
+import json
+import pickle
 import re
+import select
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from pytest_wedge.evidence.launch import ProbeError, fork_child, reap
 from pytest_wedge.evidence.observe import link_bytes
+from pytest_wedge.evidence.sampler import read_frame
 from pytest_wedge.evidence.sockdiag import socket_bytes
+from pytest_wedge.evidence.target import ProbeTarget
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -156,23 +164,84 @@ def rates_from_samples(samples: Iterable[Snapshot]) -> LinkRates:
     return rates(series, SOURCE_TOXIPROXY)
 
 
+class _MeterChild:
+    """The meter's sampling in a process forked by the zygote (``evidence/meter_program.py``):
+    the series crosses the pipe only when asked for."""
+
+    def __init__(self, topology: Topology, interval_s: float, maxlen: int) -> None:
+        config = {"target": ProbeTarget.of(topology).to_dict(), "interval_s": interval_s,
+                  "maxlen": maxlen}  # fmt: skip
+        # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
+        self._stderr = tempfile.TemporaryFile(prefix="wedge-meter-")  # noqa: SIM115 - close()
+        try:
+            self.process, self._stdin, self._stdout = fork_child("meter", self._stderr.fileno())
+        except ProbeError:
+            self._stderr.close()
+            raise
+        weakref.finalize(self, reap, self.process)
+        self._lock = threading.Lock()
+        self._stdin.write(json.dumps(config).encode() + b"\n")  # far below a pipe's buffer
+        self._stdin.flush()
+
+    def ask(self, timeout_s: float) -> tuple[int, list[tuple[float, Totals]]] | None:
+        """(errors, series) so far; None when the program does not answer."""
+        with self._lock:
+            try:
+                self._stdin.write(b"\n")
+                self._stdin.flush()
+                if not select.select([self._stdout], [], [], timeout_s)[0]:
+                    return None
+                frame = read_frame(self._stdout)
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+                return None
+        if frame is None or frame[0] != "series":
+            return None
+        return int(frame[1]), list(frame[2])
+
+    def close(self, timeout_s: float) -> None:
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout_s)
+        self._stdout.close()
+        self._stderr.close()
+
+
 class LinkMeter:
     """``with LinkMeter(topology): ...`` samples every link's bytes every ``interval_s``;
-    :meth:`rates` turns the series into :class:`LinkRates`."""
+    :meth:`rates` turns the series into :class:`LinkRates`.
 
-    def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000):
+    The sampling runs in a process forked by the zygote (``evidence/zygote.py``), so the test
+    process pays nothing while the test runs: four reads a second in a thread here competed
+    with the harness for the GIL. ``in_process=True`` (and a zygote that cannot fork) samples
+    in a thread here instead.
+    """
+
+    def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000,
+                 in_process: bool = False) -> None:  # fmt: skip
         self.topology = topology
         self.interval_s = interval_s
         self.maxlen = maxlen
+        self.in_process = in_process
         self.errors = 0
         self._ports = {link.listen_port: name for name, link in topology.links.items()}
         self._series: list[tuple[float, Totals]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._child: _MeterChild | None = None
+
+    def closed_counters(self) -> dict[str, dict[str, float]]:
+        """Toxiproxy's per-link counters (the closed connections' bytes)."""
+        return link_bytes(self.topology, timeout_s=1.0)
 
     def sample(self) -> tuple[float, Totals]:
-        closed = link_bytes(self.topology, timeout_s=1.0)
+        """One point, taken here and now, added to the series."""
+        closed = self.closed_counters()
         live = open_socket_bytes(self._ports)
         point = (time.time(), add_counters(closed, live))
         with self._lock:
@@ -189,7 +258,17 @@ class LinkMeter:
                 self.errors += 1
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
+    def _fetch(self, timeout_s: float = 5.0) -> None:
+        """The child's series and error count so far, kept here."""
+        answer = self._child.ask(timeout_s) if self._child is not None else None
+        if answer is None:
+            return  # it died or hung: what was fetched before stays (never the test's error)
+        errors, series = answer
+        with self._lock:
+            self.errors, self._series = errors, series
+
     def series(self) -> list[tuple[float, Totals]]:
+        self._fetch()
         with self._lock:
             return list(self._series)
 
@@ -200,7 +279,13 @@ class LinkMeter:
         return rates(self.series(), source)
 
     def start(self) -> Self:
-        if self._thread is None:
+        if self._thread is not None or self._child is not None:
+            return self
+        if not self.in_process:
+            # A meter must never take the test down: without a child, sample here.
+            with contextlib.suppress(ProbeError):
+                self._child = _MeterChild(self.topology, self.interval_s, self.maxlen)
+        if self._child is None:
             self._thread = threading.Thread(target=self._run, name="wedge-linkmeter", daemon=True)
             self._thread.start()
         return self
@@ -209,6 +294,10 @@ class LinkMeter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._child is not None:
+            self._fetch(timeout_s)  # the last series: rates() after the stop still draws it
+            self._child.close(timeout_s)
+            self._child = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -19,7 +19,6 @@ runtime's view of the components (paused, stopped, restarted). Samples keep thei
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import tempfile
 import threading
@@ -30,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from pytest_wedge.evidence.launch import ForkedSampler, ProbeError, fork_sampler
+from pytest_wedge.evidence.launch import ForkedChild, ProbeError, fork_child, reap
 from pytest_wedge.evidence.sampler import config_line, read_frame, sample_once
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
@@ -41,15 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Probe", "ProbeError"]
 
 STDERR_TAIL_BYTES = 4000
-
-
-def _reap(process: ForkedSampler) -> None:
-    """Last resort (the probe was dropped or the interpreter exits without ``stop``)."""
-    if process.poll() is None:
-        with contextlib.suppress(OSError):
-            process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(2)
 
 
 class Probe:
@@ -83,7 +73,7 @@ class Probe:
         self.failure: ProbeError | None = None
         self._failure_raised = False
         self._stopping = False
-        self._process: ForkedSampler | None = None
+        self._process: ForkedChild | None = None
         self._stdin: IO[bytes] | None = None
         self._stdout: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -108,8 +98,8 @@ class Probe:
                              self.slow_every)  # fmt: skip
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
-        self._process, self._stdin, self._stdout = self._fork_sampler(self._stderr.fileno())
-        weakref.finalize(self, _reap, self._process)
+        self._process, self._stdin, self._stdout = fork_child("sampler", self._stderr.fileno())
+        weakref.finalize(self, reap, self._process)
         # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
         with contextlib.suppress(BrokenPipeError):
             self._stdin.write(config)
@@ -120,24 +110,6 @@ class Probe:
         # right after the start still needs a sample from before it: one is taken here, at once.
         threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
         return self
-
-    @staticmethod
-    def _fork_sampler(stderr: int) -> tuple[ForkedSampler, IO[bytes], IO[bytes]]:
-        """A sampler forked by the zygote, with two pipes: its stdin (only this process ever
-        holds the write end, so its end of file is this probe's stop or this process's death)
-        and its stdout."""
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        try:
-            process = fork_sampler(in_r, out_w, stderr)
-        except ProbeError:
-            for fd in (in_w, out_r):
-                os.close(fd)
-            raise
-        finally:  # the zygote and the sampler hold their own copies of these ends
-            os.close(in_r)
-            os.close(out_w)
-        return process, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
 
     def _first_sample(self) -> None:
         try:

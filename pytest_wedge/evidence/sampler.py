@@ -106,7 +106,7 @@ def read_frame(stream: IO[bytes]) -> tuple[Any, ...] | None:
     return frame if isinstance(frame, tuple) else ("error", f"not a frame: {frame!r}"[:200])
 
 
-def _write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
+def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
     body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(FRAME_HEAD.pack(len(body)) + body)
     out.flush()
@@ -133,7 +133,7 @@ async def _run(config: dict[str, Any], out: BinaryIO) -> None:
                                                             slow=slow))  # fmt: skip
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame = ("error", f"{type(exc).__name__}: {exc}"[:500])
-            _write_frame(out, frame)
+            write_frame(out, frame)
             await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
 

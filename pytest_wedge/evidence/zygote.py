@@ -13,8 +13,10 @@ process dies in any way), and it dies with this program by ``PR_SET_PDEATHSIG``.
 Protocol: stdin is one end of an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair (one message per request,
 so file descriptors never mix between requests). Requests, JSON:
 
-- ``{"id": 1}`` with three descriptors (``socket.send_fds``): the sampler's stdin, stdout and
-  stderr. Answer ``{"id": 1, "pid": 4242}`` or ``{"id": 1, "error": "..."}``.
+- ``{"id": 1, "program": "sampler"}`` with three descriptors (``socket.send_fds``): the child's
+  stdin, stdout and stderr. Answer ``{"id": 1, "pid": 4242}`` or ``{"id": 1, "error": "..."}``.
+  ``program`` is ``sampler`` (the probe's, ``evidence/sampler.py``) or ``meter`` (the link
+  meter's, ``evidence/meter_program.py``).
 - ``{"kill": 4242}``: SIGKILL to a sampler this program forked and has not reaped (so never to
   a reused PID).
 
@@ -39,11 +41,11 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-# What every sampler shares: aiohttp, the parsers, the snapshot functions.
-from pytest_wedge.evidence import sampler
+# What every child shares: aiohttp, the parsers, the snapshot functions.
+from pytest_wedge.evidence import meter_program, sampler
+from pytest_wedge.evidence.launch import MAX_MESSAGE
 
-PROGRAM = "pytest_wedge.evidence.zygote"
-MAX_MESSAGE = 65536
+SERVE = {"sampler": sampler.serve, "meter": meter_program.serve}
 SAMPLER_FDS = 3  # stdin, stdout, stderr
 _PR_SET_PDEATHSIG = 1
 
@@ -59,8 +61,9 @@ def _prctl() -> Any:
 _PRCTL = _prctl()
 
 
-def _become_sampler(fds: list[int], zygote_pid: int) -> NoReturn:
-    """In the forked child: take the probe's pipes as stdio, then sample. Never returns."""
+def _become(program: str, fds: list[int], zygote_pid: int) -> NoReturn:
+    """In the forked child: take the owner's pipes as stdio, then run ``program``. Never
+    returns."""
     code = 1
     try:
         if _PRCTL is not None:
@@ -75,7 +78,7 @@ def _become_sampler(fds: list[int], zygote_pid: int) -> NoReturn:
             os.dup2(fd, target)
         os.closerange(3, 65536)  # the zygote's socket, wake-up pipe and selector are not ours
         gc.enable()
-        code = sampler.serve(os.fdopen(0, "rb"), os.fdopen(1, "wb"))
+        code = SERVE[program](os.fdopen(0, "rb"), os.fdopen(1, "wb"))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -139,6 +142,10 @@ class Zygote:
         return True
 
     def fork(self, request: dict[str, Any], fds: list[int]) -> None:
+        program = request.get("program", "sampler")
+        if program not in SERVE:
+            self._send({"id": request.get("id"), "error": f"no program {program!r}"})
+            return
         if len(fds) != SAMPLER_FDS:
             self._send({"id": request.get("id"), "error": f"got {len(fds)} descriptors, "
                         f"not {SAMPLER_FDS} (stdin, stdout, stderr)"})  # fmt: skip
@@ -150,7 +157,7 @@ class Zygote:
             return
         if pid == 0:
             self.sock.detach()  # its descriptor is closed with the rest, never by a finalizer
-            _become_sampler(fds, self.pid)
+            _become(program, fds, self.pid)
         self.samplers.add(pid)
         self._send({"id": request.get("id"), "pid": pid})
 
