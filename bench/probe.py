@@ -11,8 +11,8 @@ Throughput on a shared machine is noisy, so each run's CPU time is also measured
 every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
 the children this process reaped. ``probe_cpu_s_per_run`` is the difference of the on and off
 medians: what the probe costs in CPU-seconds, whoever pays it. ``probe_own_cpu_s_per_run``
-is the probe's own share, read directly: its sampler process and its threads in this process
-(the servers' answers to it are in the first figure only).
+is the probe's own share, read directly: its sampler's and link meter's processes and its
+threads in this process (the servers' answers to it are in the first figure only).
 """
 
 from __future__ import annotations
@@ -59,16 +59,20 @@ def cpu_between(before: dict[int | str, float], after: dict[int | str, float]) -
 
 
 def probe_own_cpu_s(wedge: Wedge) -> float:
-    """CPU-seconds of the probe's own work so far: its sampler process, and the threads of the
-    probe and the link meter in this process (the first-sample thread, about 7 ms, has ended
-    by now and is not counted). Less noisy than a difference of two runs' totals."""
-    if wedge.probe is None or wedge.probe.pid is None:
-        return 0.0
-    sampler = psutil.Process(wedge.probe.pid).cpu_times()
+    """CPU-seconds of the probe's own work so far: its sampler's and its link meter's
+    processes, and the probe's threads in this process (the first-sample thread, about 7 ms,
+    has ended by now and is not counted). Less noisy than a difference of two runs' totals."""
+    pids = [wedge.probe.pid if wedge.probe else None,
+            wedge.link_meter.pid if wedge.link_meter else None]  # fmt: skip
+    total = 0.0
+    for pid in pids:
+        if pid is not None:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
     ours = {t.native_id for t in threading.enumerate()
             if t.name.startswith(("wedge-probe", "wedge-linkmeter"))}  # fmt: skip
-    threads = sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ours)
-    return sampler.user + sampler.system + threads
+    return total + sum(t.user_time + t.system_time for t in psutil.Process().threads()
+                       if t.id in ours)  # fmt: skip
 
 
 def harness_run(topology: Topology, probe_interval_s: float) -> tuple[float, float, float]:

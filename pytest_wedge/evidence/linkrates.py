@@ -235,6 +235,11 @@ class LinkMeter:
         self._thread: threading.Thread | None = None
         self._child: _MeterChild | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The meter's process while it runs (None when it samples in a thread here)."""
+        return self._child.process.pid if self._child is not None else None
+
     def closed_counters(self) -> dict[str, dict[str, float]]:
         """Toxiproxy's per-link counters (the closed connections' bytes)."""
         return link_bytes(self.topology, timeout_s=1.0)

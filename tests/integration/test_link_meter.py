@@ -25,9 +25,8 @@ def _gone(pid: int) -> bool:
 
 
 def _child_pid(meter: LinkMeter) -> int:
-    child = meter._child
-    assert child is not None, "the meter samples in a thread: the zygote did not fork it"
-    return child.process.pid
+    assert meter.pid is not None, "the meter samples in a thread: the zygote did not fork it"
+    return meter.pid
 
 
 def test_the_meter_samples_in_a_forked_process_and_keeps_its_series_after_stop(wedge):
