@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["Probe", "ProbeError"]
 
 STDERR_TAIL_BYTES = 4000
+# Longer than a first sample's slowest fetch (Toxiproxy's, 1 s) on a loaded machine.
+FIRST_SAMPLE_WAIT_S = 2.0
 
 
 class Probe:
@@ -77,6 +79,7 @@ class Probe:
         self._stdin: IO[bytes] | None = None
         self._stdout: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
+        self._first = threading.Event()  # a frame arrived, or the sampler's output ended
         self._stderr: IO[bytes] | None = None
 
     @property
@@ -106,21 +109,11 @@ class Probe:
             self._stdin.flush()
         self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
         self._reader.start()
-        # The first probe of a process waits for the zygote's imports, and a fault applied
-        # right after the start still needs a sample from before it: one is taken here, at once.
-        threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
+        # A fault applied right after the start needs a sample from before it: the start
+        # returns once the sampler's first sample is here (a few ms from a forked sampler), or
+        # after FIRST_SAMPLE_WAIT_S if that fetch is slow (its samples follow anyway).
+        self._first.wait(FIRST_SAMPLE_WAIT_S)
         return self
-
-    def _first_sample(self) -> None:
-        try:
-            snapshot = self.sample()
-        except Exception as exc:  # the sampler's own samples follow anyway
-            self._count_error(f"first sample: {type(exc).__name__}: {exc}")
-            return
-        with self._lock:
-            if not self._samples:  # else the sampler was first: keep the series in order
-                self._samples.append(snapshot)
-                self._slow.append(snapshot)
 
     def _read(self) -> None:
         process, stdout = self._process, self._stdout
@@ -134,6 +127,8 @@ class Probe:
             if frame is None:
                 break
             self._receive(frame)
+            self._first.set()
+        self._first.set()
         code = process.wait()
         if not self._stopping:
             self.failure = ProbeError(

@@ -35,6 +35,9 @@ def test_every_probe_is_forked_by_the_same_zygote(wedge):
     first = Probe(wedge.topology).start()
     second = Probe(wedge.topology).start()
     try:
+        # start() returns with the sampler's first sample, a slow one (links too).
+        assert first.samples() and first.latest_slow() is not None
+        assert second.samples() and second.latest_slow() is not None
         _sampling(first)
         _sampling(second)
         zygote = launch.shared_zygote().proc.pid
