@@ -79,6 +79,7 @@ class SamplerZygote:
         self._samplers: dict[int, ForkedChild] = {}
         self._early_exits: dict[int, int] = {}
         self._gone = False
+        self.forked = False  # it has forked a child: its imports are done
         self._reader = threading.Thread(target=self._read, name="wedge-zygote-reader",
                                         daemon=True)  # fmt: skip
         self._reader.start()
@@ -170,6 +171,7 @@ class SamplerZygote:
         if reply is None:
             return  # its fork() gave up waiting
         if "pid" in message:
+            self.forked = True
             reply.set_result(int(message["pid"]))
         else:
             reply.set_exception(RuntimeError(str(message.get("error"))))
@@ -195,6 +197,12 @@ def shared_zygote() -> SamplerZygote:
         if _shared is None or not _shared.alive:
             _shared = SamplerZygote()
         return _shared
+
+
+def zygote_warm() -> bool:
+    """Whether a fork now takes milliseconds: this process's zygote runs and has forked."""
+    zygote = _shared
+    return zygote is not None and zygote.alive and zygote.forked
 
 
 def fork_child(program: str, stderr: int) -> tuple[ForkedChild, IO[bytes], IO[bytes]]:

@@ -32,7 +32,7 @@ from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pytest_wedge.evidence.launch import ProbeError, fork_child, reap
+from pytest_wedge.evidence.launch import ProbeError, fork_child, reap, zygote_warm
 from pytest_wedge.evidence.observe import link_bytes
 from pytest_wedge.evidence.sampler import read_frame
 from pytest_wedge.evidence.sockdiag import socket_bytes
@@ -217,8 +217,8 @@ class LinkMeter:
 
     The sampling runs in a process forked by the zygote (``evidence/zygote.py``), so the test
     process pays nothing while the test runs: four reads a second in a thread here competed
-    with the harness for the GIL. ``in_process=True`` (and a zygote that cannot fork) samples
-    in a thread here instead.
+    with the harness for the GIL. ``in_process=True``, a zygote not up yet (the first test of a
+    process) and a zygote that cannot fork sample in a thread here instead.
     """
 
     def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000,
@@ -286,8 +286,10 @@ class LinkMeter:
     def start(self) -> Self:
         if self._thread is not None or self._child is not None:
             return self
-        if not self.in_process:
-            # A meter must never take the test down: without a child, sample here.
+        # Only from a zygote that is up: the first probe of a process is still waiting for its
+        # imports, and this meter samples from the start. A meter must never take the test
+        # down: without a child, it samples here.
+        if not self.in_process and zygote_warm():
             with contextlib.suppress(ProbeError):
                 self._child = _MeterChild(self.topology, self.interval_s, self.maxlen)
         if self._child is None:

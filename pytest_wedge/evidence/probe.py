@@ -29,7 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from pytest_wedge.evidence.launch import ForkedChild, ProbeError, fork_child, reap
+from pytest_wedge.evidence.launch import (
+    FIRST_FORK_TIMEOUT_S,
+    ForkedChild,
+    ProbeError,
+    fork_child,
+    reap,
+    zygote_warm,
+)
 from pytest_wedge.evidence.sampler import config_line, read_frame, sample_once
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
@@ -80,11 +87,14 @@ class Probe:
         self._stdout: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._first = threading.Event()  # a frame arrived, or the sampler's output ended
+        self._forked = threading.Event()  # the fork was answered (a PID or an error)
         self._stderr: IO[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
-        """The sampler's PID while it runs."""
+        """The sampler's PID (after a first probe's fork, which waits for the zygote)."""
+        if self._reader is not None:
+            self._forked.wait(FIRST_FORK_TIMEOUT_S)
         return self._process.pid if self._process is not None else None
 
     def sample(self) -> Snapshot:
@@ -95,25 +105,63 @@ class Probe:
     # -- the sampler process -----------------------------------------------------------------
 
     def start(self) -> Self:
-        if self._process is not None:
+        if self._reader is not None:
             return self
         config = config_line(ProbeTarget.of(self.topology), self.interval_s, self.timeout_s,
                              self.slow_every)  # fmt: skip
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
-        self._process, self._stdin, self._stdout = fork_child("sampler", self._stderr.fileno())
+        if zygote_warm():
+            self._fork(config)
+            self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
+            self._reader.start()
+            # A fault applied right after the start needs a sample from before it: the start
+            # returns once the sampler's first sample is here (a few ms after the fork), or
+            # after FIRST_SAMPLE_WAIT_S if that fetch is slow (its samples follow anyway).
+            self._first.wait(FIRST_SAMPLE_WAIT_S)
+            return self
+        # The first probe of a process waits for the zygote's imports (seconds on a loaded
+        # machine): the reader thread waits for them, and one sample is taken here at once.
+        self._reader = threading.Thread(target=self._fork_then_read, args=(config,),
+                                        name="wedge-probe", daemon=True)  # fmt: skip
+        self._reader.start()
+        threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
+        return self
+
+    def _fork(self, config: bytes) -> None:
+        try:
+            self._process, self._stdin, self._stdout = fork_child("sampler",
+                                                                  self._stderr_fd())  # fmt: skip
+        finally:
+            self._forked.set()
         weakref.finalize(self, reap, self._process)
         # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
         with contextlib.suppress(BrokenPipeError):
             self._stdin.write(config)
             self._stdin.flush()
-        self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
-        self._reader.start()
-        # A fault applied right after the start needs a sample from before it: the start
-        # returns once the sampler's first sample is here (a few ms from a forked sampler), or
-        # after FIRST_SAMPLE_WAIT_S if that fetch is slow (its samples follow anyway).
-        self._first.wait(FIRST_SAMPLE_WAIT_S)
-        return self
+
+    def _stderr_fd(self) -> int:
+        assert self._stderr is not None
+        return self._stderr.fileno()
+
+    def _fork_then_read(self, config: bytes) -> None:
+        try:
+            self._fork(config)
+        except ProbeError as exc:  # the test goes on without samples; stop() raises this
+            self.failure = exc
+            return
+        self._read()
+
+    def _first_sample(self) -> None:
+        try:
+            snapshot = self.sample()
+        except Exception as exc:  # the sampler's own samples follow anyway
+            self._count_error(f"first sample: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if not self._samples:  # else the sampler was first: keep the series in order
+                self._samples.append(snapshot)
+                self._slow.append(snapshot)
 
     def _read(self) -> None:
         process, stdout = self._process, self._stdout
@@ -175,6 +223,8 @@ class Probe:
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """End the sampler (end of its input; killed if it does not go within ``timeout_s``)."""
+        if self._reader is not None:  # a first probe's fork may still wait for the zygote
+            self._forked.wait(FIRST_FORK_TIMEOUT_S)
         process = self._process
         # A sampler already gone when the stop comes died under the test: the reader reports it.
         self._stopping = process is not None and process.poll() is None

@@ -32,6 +32,7 @@ def _sampling(probe: Probe) -> None:
 
 
 def test_every_probe_is_forked_by_the_same_zygote(wedge):
+    assert wedge.probe is not None and wedge.probe.pid is not None  # the zygote is up
     first = Probe(wedge.topology).start()
     second = Probe(wedge.topology).start()
     try:
@@ -71,9 +72,11 @@ def test_a_killed_zygote_is_reported_and_replaced(wedge):
 def test_a_zygote_that_cannot_start_is_a_probe_error(wedge, monkeypatch):
     monkeypatch.setattr(launch, "_shared", None)
     monkeypatch.setattr(launch, "PROGRAM", "pytest_wedge.evidence.no_such_zygote")
-    probe = Probe(wedge.topology)
+    # A first probe does not wait for the zygote: the test goes on, and stop() raises.
+    probe = Probe(wedge.topology).start()
+    assert probe.pid is None
     with pytest.raises(ProbeError, match="could not be forked") as failure:
-        probe.start()
+        probe.stop()
     text = str(failure.value)
     assert "No module named" in text and "To fix this:" in text, text
     broken = launch._shared
