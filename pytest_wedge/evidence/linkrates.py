@@ -180,8 +180,10 @@ class _MeterChild:
             raise
         weakref.finalize(self, reap, self.process)
         self._lock = threading.Lock()
-        self._stdin.write(json.dumps(config).encode() + b"\n")  # far below a pipe's buffer
-        self._stdin.flush()
+        # Far below a pipe's buffer; a child already gone answers nothing, which ask() handles.
+        with contextlib.suppress(BrokenPipeError):
+            self._stdin.write(json.dumps(config).encode() + b"\n")
+            self._stdin.flush()
 
     def ask(self, timeout_s: float) -> tuple[int, list[tuple[float, Totals]]] | None:
         """(errors, series) so far; None when the program does not answer."""

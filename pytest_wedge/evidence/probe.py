@@ -112,7 +112,11 @@ class Probe:
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
         if zygote_warm():
-            self._fork(config)
+            try:
+                self._fork(config)
+            except ProbeError:
+                self._stderr.close()
+                raise
             self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
             self._reader.start()
             # A fault applied right after the start needs a sample from before it: the start
@@ -129,16 +133,20 @@ class Probe:
         return self
 
     def _fork(self, config: bytes) -> None:
+        """The sampler, with its configuration written; ``_forked`` is set only then, so a
+        stop() never closes its stdin under the write."""
         try:
-            self._process, self._stdin, self._stdout = fork_child("sampler",
-                                                                  self._stderr_fd())  # fmt: skip
-        finally:
+            process, stdin, stdout = fork_child("sampler", self._stderr_fd())
+        except ProbeError:
             self._forked.set()
-        weakref.finalize(self, reap, self._process)
+            raise
+        weakref.finalize(self, reap, process)
         # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
         with contextlib.suppress(BrokenPipeError):
-            self._stdin.write(config)
-            self._stdin.flush()
+            stdin.write(config)
+            stdin.flush()
+        self._process, self._stdin, self._stdout = process, stdin, stdout
+        self._forked.set()
 
     def _stderr_fd(self) -> int:
         assert self._stderr is not None
