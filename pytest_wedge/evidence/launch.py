@@ -7,12 +7,13 @@ stdin, stdout and stderr as file descriptors; the sampler is the zygote's child,
 reports each one's exit code, and kills one only while it has not reaped it.
 
 The zygote starts with the first probe and lives as long as this process: it exits at the end
-of its input, when this process closes its socket or dies in any way. A zygote that died is
-replaced at the next probe's start.
+of its input, when this process closes its socket (at exit, waiting for it) or dies in any way.
+A zygote that died is replaced at the next probe's start.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -197,6 +198,14 @@ def shared_zygote() -> SamplerZygote:
         if _shared is None or not _shared.alive:
             _shared = SamplerZygote()
         return _shared
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """The zygote and its children are gone before this process is: a session's end leaves no
+    process behind, not even for the moment the zygote takes to see its end of input."""
+    if _shared is not None and _shared.alive:
+        _shared.close()
 
 
 def zygote_warm() -> bool:

@@ -21,7 +21,8 @@ so file descriptors never mix between requests). Requests, JSON:
   a reused PID).
 
 When a sampler ends: ``{"exited": 4242, "code": -9}`` (negative: the signal, as ``subprocess``
-reports it). End of input means the owner is gone, and this program exits.
+reports it). End of input means the owner is gone or exiting: this program kills and reaps the
+samplers it still has, and exits.
 
 The program stays single-threaded and never runs an event loop: forking a process that has
 threads copies locks that no thread will ever release in the child.
@@ -120,6 +121,7 @@ class Zygote:
                             pass
                     self.reap()
                 elif not self.handle():
+                    self.shutdown()
                     return
 
     def handle(self) -> bool:
@@ -165,6 +167,16 @@ class Zygote:
         if pid in self.samplers:  # not reaped yet: the PID is still this sampler's
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+    def shutdown(self) -> None:
+        """The owner is gone (or exiting): its samplers go now, not at their own end of input
+        a moment later, so nothing of the owner's outlives its exit."""
+        for pid in list(self.samplers):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in list(self.samplers):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
     def reap(self) -> None:
         while self.samplers:
