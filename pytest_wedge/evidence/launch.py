@@ -208,6 +208,19 @@ def _close_at_exit() -> None:
         _shared.close()
 
 
+def _zygote() -> SamplerZygote:
+    try:
+        return shared_zygote()
+    except OSError as exc:  # no SOCK_SEQPACKET here, no descriptors left, no fork
+        raise ProbeError(
+            "The probe's sampler could not be forked: its zygote did not start",
+            facts={"error": f"{type(exc).__name__}: {exc}",
+                   "command": f"{sys.executable} -m {PROGRAM}"},
+            fix="the probe needs Linux's AF_UNIX SOCK_SEQPACKET sockets and fork; "
+            "--wedge-probe-interval=0 turns it off",
+        ) from exc  # fmt: skip
+
+
 def zygote_warm() -> bool:
     """Whether a fork now takes milliseconds: this process's zygote runs and has forked."""
     zygote = _shared
@@ -221,7 +234,7 @@ def fork_child(program: str, stderr: int) -> tuple[ForkedChild, IO[bytes], IO[by
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        child = shared_zygote().fork(program, in_r, out_w, stderr)
+        child = _zygote().fork(program, in_r, out_w, stderr)
     except ProbeError:
         for fd in (in_w, out_r):
             os.close(fd)

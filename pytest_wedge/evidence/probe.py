@@ -137,8 +137,8 @@ class Probe:
         stop() never closes its stdin under the write."""
         try:
             process, stdin, stdout = fork_child("sampler", self._stderr_fd())
-        except ProbeError:
-            self._forked.set()
+        except BaseException:
+            self._forked.set()  # a stop() must not wait for a fork that will never come
             raise
         weakref.finalize(self, reap, process)
         # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.

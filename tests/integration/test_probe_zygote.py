@@ -84,6 +84,18 @@ def test_a_zygote_that_cannot_start_is_a_probe_error(wedge, monkeypatch):
     broken.close()
 
 
+def test_a_zygote_that_cannot_even_be_started_is_a_probe_error(wedge, monkeypatch):
+    def refuse() -> launch.SamplerZygote:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(launch, "_shared", None)
+    monkeypatch.setattr(launch, "SamplerZygote", refuse)
+    probe = Probe(wedge.topology).start()
+    with pytest.raises(ProbeError, match="its zygote did not start") as failure:
+        probe.stop()
+    assert "Too many open files" in str(failure.value)
+
+
 # A test process that starts a probe and is then SIGKILLed: no stop, no atexit, no finalizer.
 ORPHAN = """
 import json, sys, time
