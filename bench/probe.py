@@ -2,16 +2,28 @@
 off, measured side by side on one topology in one run.
 
 Each run is a 30-agent x 40-round harness through the router, with a fresh ``Wedge`` (so a
-probe-on run also pays for starting the probe's sampler process). Runs alternate on/off over
-``PAIRS`` pairs, and which of a pair goes first alternates too, so drift on a noisy machine
+probe-on run also pays for forking its sampler and for the link meter; the first probe of the
+process also starts the sampler's zygote, as a user's first test does). Runs alternate on/off
+over ``PAIRS`` pairs, and which of a pair goes first alternates too, so drift on a noisy machine
 falls on both sides; the figure is the relative drop of the medians (target <= 2 %).
+
+Throughput on a shared machine is noisy, so each run's CPU time is also measured: this process,
+every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
+the children this process reaped. ``probe_cpu_s_per_run`` is the difference of the on and off
+medians: what the probe costs in CPU-seconds, whoever pays it. ``probe_own_cpu_s_per_run``
+is the probe's own share, read directly: its sampler's and link meter's processes and its
+threads in this process (the servers' answers to it are in the first figure only).
 """
 
 from __future__ import annotations
 
+import resource
 import statistics
 import tempfile
+import threading
 import time
+
+import psutil
 
 from bench.common import report
 from pytest_wedge.glue.config import SETTINGS
@@ -24,9 +36,51 @@ AGENTS, ROUNDS = 30, 40
 PROBE_INTERVAL_S = float(SETTINGS["wedge_probe_interval"].default)
 
 
-def harness_requests_per_s(topology: Topology, probe_interval_s: float) -> float:
-    """One harness run (``AGENTS`` x ``ROUNDS``) through the router, in completed requests/s."""
+def tree_cpu_s() -> dict[int | str, float]:
+    """CPU-seconds so far of this process, of each process under it (with the children each
+    reaped), and of the children this process reaped; keyed by PID so that a difference of two
+    readings counts only processes seen in both or started in between."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out: dict[int | str, float] = {"self": times.user + times.system,
+                                   "reaped": reaped.ru_utime + reaped.ru_stime}  # fmt: skip
+    for proc in me.children(recursive=True):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = t.user + t.system + t.children_user + t.children_system
+    return out
+
+
+def cpu_between(before: dict[int | str, float], after: dict[int | str, float]) -> float:
+    return sum(value - before.get(key, 0.0) for key, value in after.items())
+
+
+def probe_own_cpu_s(wedge: Wedge) -> float:
+    """CPU-seconds of the probe's own work so far: its sampler's and its link meter's
+    processes, and the probe's threads in this process (the first-sample thread, about 7 ms,
+    has ended by now and is not counted). Less noisy than a difference of two runs' totals."""
+    pids = [wedge.probe.pid if wedge.probe else None,
+            wedge.link_meter.pid if wedge.link_meter else None]  # fmt: skip
+    total = 0.0
+    for pid in pids:
+        if pid is not None:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    ours = {t.native_id for t in threading.enumerate()
+            if t.name.startswith(("wedge-probe", "wedge-linkmeter"))}  # fmt: skip
+    return total + sum(t.user_time + t.system_time for t in psutil.Process().threads()
+                       if t.id in ours)  # fmt: skip
+
+
+def harness_run(topology: Topology, probe_interval_s: float) -> tuple[float, float, float]:
+    """One harness run (``AGENTS`` x ``ROUNDS``) through the router: completed requests/s, the
+    CPU-seconds the whole process tree spent on it (the Wedge's start to its close), and the
+    probe's own CPU-seconds."""
     topology.reset()
+    cpu_before = tree_cpu_s()
     wedge = Wedge(topology, probe_interval_s=probe_interval_s)
     try:
         started = time.perf_counter()
@@ -35,24 +89,33 @@ def harness_requests_per_s(topology: Topology, probe_interval_s: float) -> float
             raise RuntimeError("the harness did not finish within 300 s")
         elapsed = time.perf_counter() - started
         ok = wedge.ledger.by_origin("harness").states()["ok"]
+        own_s = probe_own_cpu_s(wedge)
     finally:
         wedge.close()
+    cpu_s = cpu_between(cpu_before, tree_cpu_s())
     if ok != harness.max_requests:
         raise RuntimeError(f"only {ok} of {harness.max_requests} harness requests ended ok")
-    return ok / elapsed
+    return ok / elapsed, cpu_s, own_s
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
         topology = session.topology()
-        harness_requests_per_s(topology, 0.0)  # warm-up: connections, caches
-        off: list[float] = []
-        on: list[float] = []
+        harness_run(topology, 0.0)  # warm-up: connections, caches
+        off: list[tuple[float, float, float]] = []
+        on: list[tuple[float, float, float]] = []
         for pair in range(PAIRS):
             order = [(off, 0.0), (on, PROBE_INTERVAL_S)]
             for runs, interval in order if pair % 2 == 0 else reversed(order):
-                runs.append(harness_requests_per_s(topology, interval))
-    off_median, on_median = statistics.median(off), statistics.median(on)
-    report("harness_requests_per_s_probe_off", off_median, off)
-    report("harness_requests_per_s_probe_on", on_median, on)
+                runs.append(harness_run(topology, interval))
+    off_rates, on_rates = [r for r, _, _ in off], [r for r, _, _ in on]
+    off_cpu, on_cpu = [c for _, c, _ in off], [c for _, c, _ in on]
+    own = [o for _, _, o in on]
+    off_median, on_median = statistics.median(off_rates), statistics.median(on_rates)
+    report("harness_requests_per_s_probe_off", off_median, off_rates)
+    report("harness_requests_per_s_probe_on", on_median, on_rates)
     report("probe_overhead_pct", 100.0 * (off_median - on_median) / off_median)
+    report("harness_cpu_s_probe_off", statistics.median(off_cpu), off_cpu)
+    report("harness_cpu_s_probe_on", statistics.median(on_cpu), on_cpu)
+    report("probe_cpu_s_per_run", statistics.median(on_cpu) - statistics.median(off_cpu))
+    report("probe_own_cpu_s_per_run", statistics.median(own), own)

@@ -7,8 +7,10 @@ configuration). The bounded series feeds the timeline; the latest slow sample is
 point of rates, and the slow sample from before a wedge is the start of the window over which
 link traffic and router counters are compared.
 
-The sampling runs in its own interpreter (``evidence/sampler.py``): in the test process it
-competed with the harness for the GIL. Here a reader thread, blocked on a pipe most of the
+The sampling runs in its own process (``evidence/sampler.py``): in the test process it
+competed with the harness for the GIL. That process is forked from a pre-imported parent, the
+zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so a probe costs a fork, not
+an interpreter's imports. Here a reader thread, blocked on a pipe most of the
 time, unpickles each sample and adds to each slow one what only this process knows: the
 runtime's view of the components (paused, stopped, restarted). Samples keep their type,
 :class:`Snapshot`.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,28 +29,26 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from pytest_wedge.errors import WedgeError
-from pytest_wedge.evidence.sampler import PROGRAM, config_line, read_frame, sample_once
+from pytest_wedge.evidence.launch import (
+    FIRST_FORK_TIMEOUT_S,
+    ForkedChild,
+    ProbeError,
+    fork_child,
+    reap,
+    zygote_warm,
+)
+from pytest_wedge.evidence.sampler import config_line, read_frame, sample_once
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
+__all__ = ["Probe", "ProbeError"]
+
 STDERR_TAIL_BYTES = 4000
-
-
-class ProbeError(WedgeError):
-    """The probe's sampler process failed: it exited while the test ran, or would not start."""
-
-
-def _reap(process: subprocess.Popen[bytes]) -> None:
-    """Last resort (the probe was dropped or the interpreter exits without ``stop``)."""
-    if process.poll() is None:
-        with contextlib.suppress(OSError):
-            process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(2)
+# Longer than a first sample's slowest fetch (Toxiproxy's, 1 s) on a loaded machine.
+FIRST_SAMPLE_WAIT_S = 2.0
 
 
 class Probe:
@@ -83,13 +82,19 @@ class Probe:
         self.failure: ProbeError | None = None
         self._failure_raised = False
         self._stopping = False
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ForkedChild | None = None
+        self._stdin: IO[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
+        self._first = threading.Event()  # a frame arrived, or the sampler's output ended
+        self._forked = threading.Event()  # the fork was answered (a PID or an error)
         self._stderr: IO[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
-        """The sampler's PID while it runs."""
+        """The sampler's PID (after a first probe's fork, which waits for the zygote)."""
+        if self._reader is not None:
+            self._forked.wait(FIRST_FORK_TIMEOUT_S)
         return self._process.pid if self._process is not None else None
 
     def sample(self) -> Snapshot:
@@ -100,35 +105,60 @@ class Probe:
     # -- the sampler process -----------------------------------------------------------------
 
     def start(self) -> Self:
-        if self._process is not None:
+        if self._reader is not None:
             return self
         config = config_line(ProbeTarget.of(self.topology), self.interval_s, self.timeout_s,
                              self.slow_every)  # fmt: skip
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", PROGRAM], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True,
-            )  # fmt: skip
-        except OSError as exc:
-            raise ProbeError(
-                "The probe's sampler could not be started",
-                facts={"command": f"{sys.executable} -m {PROGRAM}", "error": exc},
-                fix="check that this Python can run `python -m pytest_wedge.evidence.sampler`",
-            ) from exc
-        weakref.finalize(self, _reap, self._process)
-        assert self._process.stdin is not None
-        # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
-        with contextlib.suppress(BrokenPipeError):
-            self._process.stdin.write(config)
-            self._process.stdin.flush()
-        self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
+        if zygote_warm():
+            try:
+                self._fork(config)
+            except ProbeError:
+                self._stderr.close()
+                raise
+            self._reader = threading.Thread(target=self._read, name="wedge-probe", daemon=True)
+            self._reader.start()
+            # A fault applied right after the start needs a sample from before it: the start
+            # returns once the sampler's first sample is here (a few ms after the fork), or
+            # after FIRST_SAMPLE_WAIT_S if that fetch is slow (its samples follow anyway).
+            self._first.wait(FIRST_SAMPLE_WAIT_S)
+            return self
+        # The first probe of a process waits for the zygote's imports (seconds on a loaded
+        # machine): the reader thread waits for them, and one sample is taken here at once.
+        self._reader = threading.Thread(target=self._fork_then_read, args=(config,),
+                                        name="wedge-probe", daemon=True)  # fmt: skip
         self._reader.start()
-        # The sampler needs a moment to start (seconds on a loaded machine), and a fault applied
-        # right after the start still needs a sample from before it: one is taken here, at once.
         threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
         return self
+
+    def _fork(self, config: bytes) -> None:
+        """The sampler, with its configuration written; ``_forked`` is set only then, so a
+        stop() never closes its stdin under the write."""
+        try:
+            process, stdin, stdout = fork_child("sampler", self._stderr_fd())
+        except BaseException:
+            self._forked.set()  # a stop() must not wait for a fork that will never come
+            raise
+        weakref.finalize(self, reap, process)
+        # One line, far below a pipe's buffer: never blocks, even if the sampler is slow to start.
+        with contextlib.suppress(BrokenPipeError):
+            stdin.write(config)
+            stdin.flush()
+        self._process, self._stdin, self._stdout = process, stdin, stdout
+        self._forked.set()
+
+    def _stderr_fd(self) -> int:
+        assert self._stderr is not None
+        return self._stderr.fileno()
+
+    def _fork_then_read(self, config: bytes) -> None:
+        try:
+            self._fork(config)
+        except ProbeError as exc:  # the test goes on without samples; stop() raises this
+            self.failure = exc
+            return
+        self._read()
 
     def _first_sample(self) -> None:
         try:
@@ -142,17 +172,19 @@ class Probe:
                 self._slow.append(snapshot)
 
     def _read(self) -> None:
-        process = self._process
-        assert process is not None and process.stdout is not None
+        process, stdout = self._process, self._stdout
+        assert process is not None and stdout is not None
         while True:
             try:
-                frame = read_frame(process.stdout)
+                frame = read_frame(stdout)
             except Exception as exc:  # a frame that does not decode: count it, keep reading
                 self._count_error(f"undecodable frame: {type(exc).__name__}: {exc}")
                 continue
             if frame is None:
                 break
             self._receive(frame)
+            self._first.set()
+        self._first.set()
         code = process.wait()
         if not self._stopping:
             self.failure = ProbeError(
@@ -199,13 +231,15 @@ class Probe:
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """End the sampler (end of its input; killed if it does not go within ``timeout_s``)."""
+        if self._reader is not None:  # a first probe's fork may still wait for the zygote
+            self._forked.wait(FIRST_FORK_TIMEOUT_S)
         process = self._process
         # A sampler already gone when the stop comes died under the test: the reader reports it.
         self._stopping = process is not None and process.poll() is None
         if process is not None:
-            if process.stdin is not None:
+            if self._stdin is not None:
                 with contextlib.suppress(OSError):
-                    process.stdin.close()
+                    self._stdin.close()
             try:
                 process.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -213,8 +247,8 @@ class Probe:
                 process.wait(timeout_s)
             if self._reader is not None:
                 self._reader.join(timeout_s)
-            if process.stdout is not None:
-                process.stdout.close()
+            if self._stdout is not None:
+                self._stdout.close()
         if self._stderr is not None:
             self._stderr.close()
         if self.failure is not None and not self._failure_raised:

@@ -106,7 +106,7 @@ def read_frame(stream: IO[bytes]) -> tuple[Any, ...] | None:
     return frame if isinstance(frame, tuple) else ("error", f"not a frame: {frame!r}"[:200])
 
 
-def _write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
+def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
     body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(FRAME_HEAD.pack(len(body)) + body)
     out.flush()
@@ -133,12 +133,15 @@ async def _run(config: dict[str, Any], out: BinaryIO) -> None:
                                                             slow=slow))  # fmt: skip
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame = ("error", f"{type(exc).__name__}: {exc}"[:500])
-            _write_frame(out, frame)
+            write_frame(out, frame)
             await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
 
-def main() -> int:
-    line = sys.stdin.buffer.readline()
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """The program: a configuration line on ``stdin``, then frames on ``stdout`` until end of
+    input (spawned, ``stdin`` and ``stdout`` are the process's own; forked by the zygote, the
+    probe's pipes)."""
+    line = stdin.readline()
     try:
         config = json.loads(line)
         ProbeTarget.from_dict(config["target"])
@@ -146,12 +149,16 @@ def main() -> int:
         print(f"pytest-wedge sampler: the first line on stdin is not a probe configuration "
               f"({type(exc).__name__}: {exc}): {line[:200]!r}", file=sys.stderr)  # fmt: skip
         return BAD_CONFIG
-    threading.Thread(target=_exit_at_end_of_input, args=(sys.stdin.buffer,), daemon=True).start()
+    threading.Thread(target=_exit_at_end_of_input, args=(stdin,), daemon=True).start()
     try:
-        asyncio.run(_run(config, sys.stdout.buffer))
+        asyncio.run(_run(config, stdout))
     except BrokenPipeError:  # the probe closed its end: nobody is listening any more
         os._exit(0)
     return 0
+
+
+def main() -> int:
+    return serve(sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ for the life of a topology (ports are planned before start, restarts keep them).
 own view of its components (PIDs, paused or not) is *not* here: it changes under the test and
 only the test process knows it, so the probe adds it to each sample on arrival.
 
-:class:`TargetTopology` answers the few attributes the snapshot functions read of a topology
-(``spec`` names, ``stubs``, ``links``, ``toxiproxy``, the router's URLs, ``worker_url``,
-``plan.bootstrap``), so one sampling function serves both sides.
+:class:`TargetTopology` answers the few attributes the snapshot functions and the link meter
+read of a topology (``spec`` names, ``stubs``, ``links`` and their listen ports,
+``toxiproxy``, the router's URLs, ``worker_url``, ``plan.bootstrap``), so one sampling function
+serves both sides.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class _Link:
     listen: str
     proxy: str
     spec: _LinkSpec
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""The kernel's byte counters of open sockets over netlink: what ``ss -tin`` prints, for the
+sockets of the asked local ports only, however many ports are asked."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_wedge.evidence.linkrates import _ss_socket_bytes
+from pytest_wedge.evidence.sockdiag import socket_bytes
+from pytest_wedge.waiting import wait_for
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="netlink is Linux's"),
+]
+
+
+@pytest.fixture
+def connection() -> Iterator[tuple[int, socket.socket, socket.socket]]:
+    """A listening port, and one accepted connection: (port, accepted side, client side)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        with client, accepted:
+            yield port, accepted, client
+
+
+def _exchange(accepted: socket.socket, client: socket.socket, up: int, down: int) -> None:
+    client.sendall(b"u" * up)
+    got = 0
+    while got < up:
+        got += len(accepted.recv(65536))
+    accepted.sendall(b"d" * down)
+    got = 0
+    while got < down:
+        got += len(client.recv(65536))
+
+
+def test_bytes_received_and_acked_of_the_accepted_side(connection) -> None:
+    port, accepted, client = connection
+    _exchange(accepted, client, up=1234, down=5678)
+    expected = {"link": {"upstream": 1234.0, "downstream": 5678.0}}
+    # The client's ACK of the last bytes may trail its recv() by a moment.
+    wait_for(lambda: socket_bytes({port: "link"}) == expected, timeout_s=5,
+             what="the accepted socket's counters", describe=lambda: repr(socket_bytes({port: "link"})))  # fmt: skip
+    if shutil.which("ss"):
+        assert _ss_socket_bytes({port: "link"}) == expected
+
+
+def test_only_the_asked_ports_count_however_many_are_asked(connection) -> None:
+    port, accepted, client = connection
+    _exchange(accepted, client, up=10, down=20)
+    # 120 ports (a topology of 8 prefills and 8 decodes has 81 links): the filter program is
+    # longer than a single jump can span. Other programs' sockets may use those ports: only
+    # this connection's entry is checked.
+    others = [p for p in range(40000, 40200) if p != port][:119]
+    ports = {p: f"other-{p}" for p in others} | {port: "link"}
+    wait_for(lambda: socket_bytes(ports).get("link") == {"upstream": 10.0, "downstream": 20.0},
+             timeout_s=5, what="the asked port's socket", describe=lambda: repr(socket_bytes(ports)))  # fmt: skip
+    assert socket_bytes({}) == {}
