@@ -50,6 +50,8 @@ class ComponentDescription:
 class _Component(Protocol):
     @property
     def argv(self) -> tuple[str, ...]: ...
+    @property
+    def foreign(self) -> bool: ...
 
 
 class _Stub(Protocol):
@@ -142,16 +144,19 @@ def describe_router(router: RouterSpec, argv: Sequence[str] = (),
     return ComponentDescription("router", kind.name, binary, version, started)
 
 
-def describe_worker(name: str, argv: Sequence[str], spec: _Spec,
-                    runtime: str = "process") -> ComponentDescription:  # fmt: skip
-    """A worker: a stub of either protocol (with or without its ledger), or a user's command."""
+def describe_worker(name: str, argv: Sequence[str], spec: _Spec, runtime: str = "process",
+                    foreign: bool = False) -> ComponentDescription:  # fmt: skip
+    """A worker: a stub of either protocol (with or without its ledger), or a user's command
+    (``foreign``: even one that launches our stub is known only by its public endpoints)."""
     if not argv:
         return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION,
                                     "not started by pytest-wedge")  # fmt: skip
-    if STUB_MODULE not in argv:
+    if foreign or STUB_MODULE not in argv:
         return ComponentDescription(name, "command", argv[0], UNKNOWN_VERSION,
                                     f"started by pytest-wedge from the user's command "
-                                    f"{shlex.join(argv)!r}, on the {runtime} runtime")  # fmt: skip
+                                    f"{shlex.join(argv)!r}, on the {runtime} runtime; only its "
+                                    "public endpoints are known (no ledger, no control API), "
+                                    "so the locator had no worker ledger of it")  # fmt: skip
     started = f"python -m {STUB_MODULE}, started by pytest-wedge on the {runtime} runtime"
     if not spec.stub.ledger:
         # Said here too, so nobody reads a location from public endpoints as ledger-backed.
@@ -180,8 +185,8 @@ def describe_components(topology: DescribedTopology) -> list[ComponentDescriptio
     described = [describe_router(spec.router, router.argv if router else (), runtime)]
     for name in [*spec.prefill_names, *spec.decode_names]:
         component = topology.components.get(name)
-        described.append(describe_worker(name, component.argv if component else (), spec,
-                                         runtime))  # fmt: skip
+        argv, foreign = (component.argv, component.foreign) if component else ((), False)
+        described.append(describe_worker(name, argv, spec, runtime, foreign))
     described.append(describe_toxiproxy(topology))
     return described
 

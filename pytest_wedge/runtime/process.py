@@ -129,7 +129,8 @@ class ProcessRuntime(LogFiles):
             log_path = self.logs_dir / f"{component.name}.log"
             with open(log_path, "ab") as log:
                 log.write(f"--- start: {' '.join(component.argv)}\n".encode())
-            args = stub_args(component.argv)
+            # A command worker runs as its user wrote it, even when that is our stub.
+            args = None if component.foreign else stub_args(component.argv)
             if args is None:
                 proc: Proc = self._spawner.submit(self._spawn, component, log_path).result()
             else:

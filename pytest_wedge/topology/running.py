@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_wedge.errors import ComponentStartError, MissingBinaryError
+from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.routers.describe import describe_lines, router_metric_names
@@ -42,6 +42,7 @@ from pytest_wedge.topology.spec import (
     render_components,
 )
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
+from pytest_wedge.topology.workers import check_runtime
 
 
 def find_executables(toxiproxy_binary: str) -> Executables:
@@ -100,6 +101,7 @@ class Topology:
     def start(self) -> Topology:
         """From nothing to ready. A failed start rolls back whatever did start."""
         spec = self.spec
+        check_runtime([spec.prefill_worker, spec.decode_worker], self.runtime.name)
         count = len(spec.component_names) + spec.prefill + 1
         taken = self._allocator.take(count)
         it = iter(taken)
@@ -251,6 +253,14 @@ class Topology:
         try:
             return self.stubs[name]
         except KeyError:
+            if name in self.spec.foreign_workers:
+                raise ConfigError(
+                    f"{name} is a command worker: it has no pytest-wedge control API",
+                    facts={"worker": name, "started from": self.spec.worker(name).describe()},
+                    fix="engine faults and stub watchdogs need a stub worker: use a network "
+                    "fault (Timeout, Down, ...) or a component fault (Pause, Kill, Restart) on "
+                    "it, or run that role as a stub",
+                ) from None
             raise StubUnavailable(
                 f"{name} is not a pytest-wedge stub", facts={"stubs": ", ".join(self.stubs)},
                 fix="engine faults need a stub worker",
