@@ -70,6 +70,8 @@ class _Spec(Protocol):
     def prefill_names(self) -> list[str]: ...
     @property
     def decode_names(self) -> list[str]: ...
+    @property
+    def foreign_workers(self) -> list[str]: ...
 
 
 class _Named(Protocol):
@@ -215,8 +217,24 @@ def unproxied(router: RouterSpec) -> list[str]:
     return lines
 
 
+def unproxied_workers(foreign: Sequence[str]) -> list[str]:
+    """Traffic of command workers that a link carries only if their templates say so."""
+    decodes = [name for name in foreign if name.startswith("decode-")]
+    if not decodes:
+        return []
+    return [f"the KV traffic of {', '.join(decodes)} (command workers) goes where the engine "
+            "sends it: through decode-j->prefill-i only if the template points it at "
+            "{prefill_bootstrap[i]}; a transfer backend of its own (NIXL, Mooncake) is never "
+            "proxied"]  # fmt: skip
+
+
+def not_proxied(spec: _Spec) -> list[str]:
+    """Everything of this topology that no link carries: the router's, then the workers'."""
+    return [*unproxied(spec.router), *unproxied_workers(spec.foreign_workers)]
+
+
 def describe_lines(topology: DescribedTopology) -> list[str]:
     """The components, one line each, then what cannot be proxied: for headers and reports."""
     lines = [d.line() for d in describe_components(topology)]
-    lines += [f"not through Toxiproxy: {line}" for line in unproxied(topology.spec.router)]
+    lines += [f"not through Toxiproxy: {line}" for line in not_proxied(topology.spec)]
     return lines

@@ -77,6 +77,8 @@ def test_a_paused_router_is_located_with_command_workers(wedge_factory: Any) -> 
     assert NO_LEDGERS in diagnosis.render(), diagnosis.render()
     for line in report_lines(wedge):
         assert ": command " in line and "the locator had no worker ledger of it" in line, line
+    bypass = "not through Toxiproxy: the KV traffic of decode-0 (command workers)"
+    assert any(line.startswith(bypass) for line in wedge.topology.describe())
 
 
 def test_a_kv_black_hole_is_located_with_command_workers(wedge_factory: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.describe import describe_worker
+from pytest_wedge.routers.describe import describe_worker, not_proxied
 from pytest_wedge.topology.keywords import wedge
 from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
 from pytest_wedge.topology.workers import WorkerSpec, check_runtime
@@ -109,3 +109,11 @@ def test_a_command_worker_that_launches_our_stub_is_described_as_a_command() -> 
     assert described.kind == "command"
     assert "no ledger, no control API" in described.started
     assert "the locator had no worker ledger" in described.started
+
+
+def test_a_command_decodes_kv_path_is_listed_as_not_proxied_unless_its_template_says_so() -> None:
+    assert not any("command workers" in line for line in not_proxied(TopologySpec()))
+    lines = not_proxied(_command_spec(decode=2))
+    (workers,) = [line for line in lines if "command workers" in line]
+    assert workers.startswith("the KV traffic of decode-0, decode-1 (command workers)")
+    assert "{prefill_bootstrap[i]}" in workers
