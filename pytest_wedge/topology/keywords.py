@@ -48,7 +48,8 @@ def wedge(
     - ``worker_protocol``: ``"auto"`` (default: the router's own, ``"vllm"`` for vllm-router,
       else ``"sglang"``), ``"sglang"`` or ``"vllm"``: the stubs' personality.
     - ``prefill_worker``/``decode_worker``: how that role's workers start: ``{"kind": "stub"}``
-      (default) or ``{"kind": "command", "command": [...]}`` (the fields of :class:`WorkerSpec`).
+      (default), ``{"kind": "command", "command": [...]}`` or ``{"kind": "url", "urls": [...]}``
+      (the fields of :class:`WorkerSpec`).
     """
     if isinstance(router_args, str) or not all(isinstance(a, str) for a in router_args):
         raise ConfigError(

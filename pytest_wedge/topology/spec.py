@@ -22,7 +22,7 @@ from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_t
 # Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
 from pytest_wedge.topology.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
 from pytest_wedge.topology.component import ComponentSpec as ComponentSpec
-from pytest_wedge.topology.workers import WorkerSpec, worker_argv
+from pytest_wedge.topology.workers import WorkerSpec, check_counts, worker_argv
 
 LOOPBACK = "127.0.0.1"
 _COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
@@ -112,18 +112,8 @@ class TopologySpec:
 
     def __post_init__(self) -> None:
         self._resolve_protocol()
-        url = self.router
-        if url.kind == "url" and (len(url.prefill_listen), len(url.decode_listen),
-                                  len(url.bootstrap_ports)) != (self.prefill, self.decode,
-                                                                self.prefill):  # fmt: skip
-            raise ConfigError(
-                "A url router needs one listen port per worker it was started with",
-                facts={"prefill": self.prefill, "decode": self.decode,
-                       "prefill_listen": url.prefill_listen, "decode_listen": url.decode_listen,
-                       "bootstrap_ports": url.bootstrap_ports},
-                fix="pass prefill_listen, bootstrap_ports (one per prefill) and decode_listen "
-                "(one per decode): the ports your router sends to",
-            )  # fmt: skip
+        self.router.check_counts(self.prefill, self.decode)
+        check_counts(self.prefill_worker, self.decode_worker, self.prefill, self.decode)
         if self.prefill < 1 or self.decode < 1:
             raise ConfigError(
                 "A PD topology needs at least one prefill and one decode worker",
@@ -145,8 +135,13 @@ class TopologySpec:
 
     @property
     def foreign_workers(self) -> list[str]:
-        """Workers the plugin knows only by their public endpoints (command workers)."""
+        """Workers the plugin knows only by their public endpoints (command and url)."""
         return [n for n in [*self.prefill_names, *self.decode_names] if self.worker(n).foreign]
+
+    @property
+    def url_workers(self) -> list[str]:
+        """Workers already running: not started, paused, restarted or stopped by the plugin."""
+        return [n for n in [*self.prefill_names, *self.decode_names] if not self.worker(n).managed]
 
     @property
     def prefill_names(self) -> list[str]:
@@ -242,7 +237,7 @@ def render_components(
     ``listen`` maps link names to the port Toxiproxy gave each proxy.
     """
     components: list[ComponentSpec] = []
-    for p in spec.prefill_names:
+    for p in spec.prefill_names if spec.prefill_worker.managed else []:
         components.append(
             ComponentSpec(
                 name=p,
@@ -258,7 +253,7 @@ def render_components(
                 foreign=spec.prefill_worker.foreign,
             )
         )  # fmt: skip
-    for d in spec.decode_names:
+    for d in spec.decode_names if spec.decode_worker.managed else []:
         # smg hands every decode the same bootstrap address for a prefill; each decode maps it
         # onto its own link so one pair's KV transfer can be cut and the others' left alone.
         routes: list[str] = []

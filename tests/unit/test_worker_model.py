@@ -117,3 +117,51 @@ def test_a_command_decodes_kv_path_is_listed_as_not_proxied_unless_its_template_
     (workers,) = [line for line in lines if "command workers" in line]
     assert workers.startswith("the KV traffic of decode-0, decode-1 (command workers)")
     assert "{prefill_bootstrap[i]}" in workers
+
+
+URL_PREFILL = {"kind": "url", "urls": ["http://127.0.0.1:9100"], "bootstrap_ports": [9101]}
+URL_DECODE = {"kind": "url", "urls": ["http://127.0.0.1:9200"], "kv_listen": [[9201]]}
+
+
+def test_url_workers_are_not_started_and_their_ports_and_kv_listen_are_taken() -> None:
+    from pytest_wedge.topology.worker_start import fixed_listen, url_worker_listen, url_worker_plan
+
+    spec = wedge(prefill_worker=URL_PREFILL, decode_worker=URL_DECODE).spec
+    assert set(_components(spec)) == {"router"}  # only the router is started
+    assert spec.url_workers == spec.foreign_workers == ["prefill-0", "decode-0"]
+    plan = url_worker_plan(spec, PortPlan.sequential(spec, 20000))
+    assert (plan.http["prefill-0"], plan.http["decode-0"]) == (9100, 9200)
+    assert plan.bootstrap == {"prefill-0": 9101} and plan.http["router"] == 20000
+    assert url_worker_listen(spec) == {"decode-0->prefill-0": "127.0.0.1:9201"}
+    assert fixed_listen(spec) == {"127.0.0.1:9201"}
+    # A url prefill with a stub decode: the decode is started, routed onto its own link.
+    mixed = wedge(prefill_worker=URL_PREFILL).spec
+    listen = {name: 30000 + i for i, name in enumerate(mixed.link_names())}
+    plan = url_worker_plan(mixed, PortPlan.sequential(mixed, 20000))
+    (decode,) = render_components(mixed, plan, listen, EXE)[:1]
+    assert decode.name == "decode-0" and "127.0.0.1:9101=127.0.0.1:30003" in decode.argv
+    assert url_worker_listen(mixed) == {}
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"kind": "url"}, "needs urls="),
+    ({"kind": "url", "urls": ["http://10.0.0.1:80"], "bootstrap_ports": [1]}, "needs urls="),
+    ({"kind": "url", "urls": ["http://127.0.0.1:1"]}, "one URL per worker"),
+    ({"kind": "url", "urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+      "bootstrap_ports": [3, 4]}, "one URL per worker"),
+    ({"kind": "stub", "urls": ["http://127.0.0.1:1"]}, "only for kind='url'"),
+])  # fmt: skip
+def test_bad_url_workers_say_what_to_write(value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        wedge(prefill_worker=value)  # type: ignore[arg-type]
+
+
+def test_url_workers_are_described_and_their_unproxied_traffic_listed() -> None:
+    spec = wedge(prefill_worker=URL_PREFILL, decode_worker=URL_DECODE).spec
+    described = describe_worker("decode-0", (), spec, "process", True)
+    assert (described.kind, described.binary) == ("url", "(already running)")
+    assert described.started.startswith("not started or stopped by pytest-wedge; only its public")
+    lines = not_proxied(spec)
+    assert any(line.startswith("the KV traffic of decode-0 (url workers)") for line in lines)
+    assert any(line.startswith("the processes of prefill-0, decode-0 (url workers)")
+               for line in lines)  # fmt: skip
