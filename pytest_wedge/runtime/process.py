@@ -29,6 +29,7 @@ from pytest_wedge.runtime.base import (
     SESSION_ENV,
     ComponentState,
     LogFiles,
+    wait_stopped,
 )
 from pytest_wedge.runtime.forked import ForkServer, Proc, stub_args
 from pytest_wedge.topology.spec import ComponentSpec
@@ -236,10 +237,13 @@ class ProcessRuntime(LogFiles):
             self._children[name] = replace(child, paused=False)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP; a no-op on a component that is not running (there is nothing to hold)."""
+        """SIGSTOP, returning once the process is stopped (the signal is delivered when the
+        kernel next schedules it, which on a loaded machine comes after ``killpg`` returns);
+        a no-op on a component that is not running (there is nothing to hold)."""
         with self._locked(name) as child:
             if child is not None and self._signal(child, signal.SIGSTOP):
                 self._children[name] = replace(child, paused=True)
+                wait_stopped(name, child.proc.pid)
 
     def resume(self, name: str) -> None:
         with self._locked(name) as child:
