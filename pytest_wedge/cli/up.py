@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.describe import ComponentDescription, describe_components, unproxied
+from pytest_wedge.routers.describe import ComponentDescription, describe_components, not_proxied
 from pytest_wedge.topology.keywords import wedge
 from pytest_wedge.topology.toxiproxy import locate_toxiproxy
 
@@ -66,7 +66,7 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
     }
     return {
         "what_ran": [d.to_json() for d in describe_components(topology)],
-        "not_proxied": unproxied(topology.spec.router),
+        "not_proxied": not_proxied(topology.spec),
         "client_url": topology.url,
         "session": session.session_id,
         "runtime": session.runtime_name,

@@ -21,13 +21,28 @@ class ComponentFault(Fault):
     component = TargetAlias("component")
 
 
+def check_started_by_us(names: list[str], topology: Topology) -> None:
+    """Refuse a runtime action on a url worker: pytest-wedge neither started nor owns it."""
+    for name in names:
+        validate_component_name(name, topology.spec)
+    theirs = [name for name in names if name in topology.spec.url_workers]
+    if theirs:
+        raise ConfigError(
+            f"{theirs[0]} is a url worker: pytest-wedge did not start it, so it cannot pause, "
+            "kill or restart it",
+            facts={"worker": theirs[0], "running at": topology.worker_url(theirs[0])},
+            fix="fault its links instead (Timeout, Down, ... on router->NAME or a KV link), "
+            "or run that role as a stub or command worker",
+        )
+
+
 @register
 @dataclass(frozen=True)
 class Pause(ComponentFault):
     """SIGSTOP (or ``docker pause``): TCP still accepts, nothing answers. Reverted by resume."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.target, topology.spec)
+        check_started_by_us([self.target], topology)
         topology.runtime.pause(self.target)
 
     def revert(self, topology: Topology) -> None:
@@ -40,7 +55,7 @@ class Kill(ComponentFault):
     """SIGKILL. Reverting starts the component again if it is still down."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.target, topology.spec)
+        check_started_by_us([self.target], topology)
         topology.runtime.kill(self.target)
 
     def revert(self, topology: Topology) -> None:
@@ -54,7 +69,7 @@ class Restart(ComponentFault):
     """Kill and start again, waiting until it is ready. A one-shot: nothing to revert."""
 
     def apply(self, topology: Topology) -> None:
-        validate_component_name(self.target, topology.spec)
+        check_started_by_us([self.target], topology)
         topology.restart(self.target)
 
 
@@ -100,6 +115,7 @@ class DecodeOnlyRestart(Fault):
         _check_decode(self.target, topology)
         for link in self.wedged_links(topology):  # an explicit prefill must be a real one
             validate_link_name(link, topology.spec)
+        check_started_by_us([self.target], topology)
         topology.restart(self.target)
 
     def describe(self) -> str:
@@ -117,4 +133,5 @@ class CoRestart(Fault):
 
     def apply(self, topology: Topology) -> None:
         _check_decode(self.target, topology)
+        check_started_by_us(topology.pd_pair(self.target), topology)
         topology.restart(*topology.pd_pair(self.target))

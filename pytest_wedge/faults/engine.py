@@ -68,6 +68,8 @@ class EngineFault(Fault):
                 facts={"applies to": ", ".join(self.roles)},
                 fix=f"target a {' or '.join(self.roles)} worker",
             )
+        if self.target in topology.spec.foreign_workers:
+            topology.stub(self.target)  # raises the ConfigError that says why and what to use
         if not topology.spec.stub.ledger:
             raise StubUnavailable(
                 f"{type(self).__name__} needs {self.target}'s control API, and {self.target} "

@@ -31,7 +31,7 @@ from pytest_wedge.diagnostics import Moment, capture_moment, dump_stacks, locate
 from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_start
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
-from pytest_wedge.routers.describe import describe_components, unproxied
+from pytest_wedge.routers.describe import describe_components, not_proxied
 from pytest_wedge.watchdogs.kinds import watchdog_report
 
 ARTIFACT_FILES = "diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html"
@@ -92,7 +92,7 @@ def _component_lines(wedge: Wedge) -> tuple[list[str], dict[str, Any]]:
     one thing on smg 1.13 and another on sglang-router 0.3.2, so the report names which ran."""
     try:
         described = describe_components(wedge.topology)
-        bypass = unproxied(wedge.topology.spec.router)
+        bypass = not_proxied(wedge.topology.spec)
     except Exception as exc:  # best effort: never hide the test's own failure
         return [f"components: could not be described ({type(exc).__name__}: {exc})"], {}
     lines = ["what ran (name: kind version (binary; how it started)):"]

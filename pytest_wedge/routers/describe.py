@@ -29,6 +29,8 @@ def router_adapter(router: RouterSpec) -> RouterAdapter:
 
 
 UNKNOWN_VERSION = "(version not known to pytest-wedge)"
+PUBLIC_ONLY = ("only its public endpoints are known (no ledger, no control API), so the locator "
+               "had no worker ledger of it")  # fmt: skip
 STUB_MODULE = "pytest_wedge.stubs"
 
 
@@ -50,6 +52,8 @@ class ComponentDescription:
 class _Component(Protocol):
     @property
     def argv(self) -> tuple[str, ...]: ...
+    @property
+    def foreign(self) -> bool: ...
 
 
 class _Stub(Protocol):
@@ -68,6 +72,10 @@ class _Spec(Protocol):
     def prefill_names(self) -> list[str]: ...
     @property
     def decode_names(self) -> list[str]: ...
+    @property
+    def foreign_workers(self) -> list[str]: ...
+    @property
+    def url_workers(self) -> list[str]: ...
 
 
 class _Named(Protocol):
@@ -142,16 +150,21 @@ def describe_router(router: RouterSpec, argv: Sequence[str] = (),
     return ComponentDescription("router", kind.name, binary, version, started)
 
 
-def describe_worker(name: str, argv: Sequence[str], spec: _Spec,
-                    runtime: str = "process") -> ComponentDescription:  # fmt: skip
-    """A worker: a stub of either protocol (with or without its ledger), or a user's command."""
+def describe_worker(name: str, argv: Sequence[str], spec: _Spec, runtime: str = "process",
+                    foreign: bool = False) -> ComponentDescription:  # fmt: skip
+    """A worker: a stub of either protocol (with or without its ledger), or a user's command
+    (``foreign``: even one that launches our stub is known only by its public endpoints)."""
     if not argv:
+        if foreign:  # a url worker: the user started it
+            started = f"not started or stopped by pytest-wedge; {PUBLIC_ONLY}"
+            return ComponentDescription(name, "url", "(already running)", UNKNOWN_VERSION, started)
         return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION,
                                     "not started by pytest-wedge")  # fmt: skip
-    if STUB_MODULE not in argv:
+    if foreign or STUB_MODULE not in argv:
         return ComponentDescription(name, "command", argv[0], UNKNOWN_VERSION,
                                     f"started by pytest-wedge from the user's command "
-                                    f"{shlex.join(argv)!r}, on the {runtime} runtime")  # fmt: skip
+                                    f"{shlex.join(argv)!r}, on the {runtime} runtime; "
+                                    f"{PUBLIC_ONLY}")  # fmt: skip
     started = f"python -m {STUB_MODULE}, started by pytest-wedge on the {runtime} runtime"
     if not spec.stub.ledger:
         # Said here too, so nobody reads a location from public endpoints as ledger-backed.
@@ -180,8 +193,9 @@ def describe_components(topology: DescribedTopology) -> list[ComponentDescriptio
     described = [describe_router(spec.router, router.argv if router else (), runtime)]
     for name in [*spec.prefill_names, *spec.decode_names]:
         component = topology.components.get(name)
-        described.append(describe_worker(name, component.argv if component else (), spec,
-                                         runtime))  # fmt: skip
+        argv, foreign = ((component.argv, component.foreign) if component
+                         else ((), name in spec.foreign_workers))  # fmt: skip
+        described.append(describe_worker(name, argv, spec, runtime, foreign))
     described.append(describe_toxiproxy(topology))
     return described
 
@@ -210,8 +224,31 @@ def unproxied(router: RouterSpec) -> list[str]:
     return lines
 
 
+def unproxied_workers(spec: _Spec) -> list[str]:
+    """Traffic of command and url workers that a link carries only if they are told so."""
+    lines = []
+    decodes = [name for name in spec.foreign_workers if name.startswith("decode-")]
+    if decodes:
+        kind = "url" if set(decodes) <= set(spec.url_workers) else "command"  # one kind a role
+        lines.append(f"the KV traffic of {', '.join(decodes)} ({kind} workers) goes where "
+                     "the engine sends it: through decode-j->prefill-i only if its template "
+                     "points it at {prefill_bootstrap[i]} (a url decode: at its kv_listen "
+                     "ports); a transfer backend of its own (NIXL, Mooncake) is never "
+                     "proxied")  # fmt: skip
+    if spec.url_workers:
+        lines.append(f"the processes of {', '.join(spec.url_workers)} (url workers): not "
+                     "started by pytest-wedge, so Pause, Kill and Restart of them and their "
+                     "restart between tests are not available")  # fmt: skip
+    return lines
+
+
+def not_proxied(spec: _Spec) -> list[str]:
+    """Everything of this topology that no link carries: the router's, then the workers'."""
+    return [*unproxied(spec.router), *unproxied_workers(spec)]
+
+
 def describe_lines(topology: DescribedTopology) -> list[str]:
     """The components, one line each, then what cannot be proxied: for headers and reports."""
     lines = [d.line() for d in describe_components(topology)]
-    lines += [f"not through Toxiproxy: {line}" for line in unproxied(topology.spec.router)]
+    lines += [f"not through Toxiproxy: {line}" for line in not_proxied(topology.spec)]
     return lines

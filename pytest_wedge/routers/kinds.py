@@ -75,6 +75,19 @@ class RouterSpec:
                 fix="start your router on 127.0.0.1 and pass its URL (traffic stays on loopback)",
             )
 
+    def check_counts(self, prefill: int, decode: int) -> None:
+        """A url router names one listen port per worker it was started with."""
+        counts = (len(self.prefill_listen), len(self.decode_listen), len(self.bootstrap_ports))
+        if self.kind == "url" and counts != (prefill, decode, prefill):
+            raise ConfigError(
+                "A url router needs one listen port per worker it was started with",
+                facts={"prefill": prefill, "decode": decode,
+                       "prefill_listen": self.prefill_listen, "decode_listen": self.decode_listen,
+                       "bootstrap_ports": self.bootstrap_ports},
+                fix="pass prefill_listen, bootstrap_ports (one per prefill) and decode_listen "
+                "(one per decode): the ports your router sends to",
+            )  # fmt: skip
+
     @property
     def dialect(self) -> str:
         """The built-in this router behaves like: itself, or ``like`` for command and url."""

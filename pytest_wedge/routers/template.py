@@ -1,6 +1,6 @@
-"""Rendering a ``command`` router's template: placeholders for the listen sides of the links.
+"""Rendering a ``command`` component's template: placeholders for the listen sides of the links.
 
-Each argument of the template is formatted with ``str.format``. Placeholders:
+Each argument of the template is formatted with ``str.format``. A router's placeholders:
 
 | placeholder | value |
 | --- | --- |
@@ -14,13 +14,30 @@ Each argument of the template is formatted with ``str.format``. Placeholders:
 
 An argument that is exactly ``{prefill_urls}``, ``{decode_urls}`` or ``{bootstrap_ports}``
 expands to one argument per worker. A template given as one string is split with ``shlex``.
+
+A worker's placeholders (``WORKER_PLACEHOLDERS``; the worker is ``prefill-i`` or ``decode-j``):
+
+| placeholder | value |
+| --- | --- |
+| ``{host}``, ``{python}`` | as for the router |
+| ``{port}`` | the worker's own port (``router->NAME`` forwards to it) |
+| ``{metrics_port}`` | where pytest-wedge reads ``/metrics``: its own port, as SGLang serves it |
+| ``{name}``, ``{role}`` | ``prefill-0`` / ``decode-1``; ``prefill`` / ``decode`` |
+| ``{bootstrap_port}`` | a prefill's own bootstrap port (``decode-j->prefill-i`` forwards to it) |
+| ``{prefill_bootstrap_port[i]}`` | prefill-i's real bootstrap port, as the router announces it |
+| ``{prefill_bootstrap[i]}`` | ``127.0.0.1:P``, the listen side of ``decode-j->prefill-i`` |
+
+An argument exactly ``{stub_args}`` expands to the topology's stub options as our stub's flags
+(for a template that launches our stub). An argument with ``[*]`` in place of an index is
+repeated once per prefill, ``i`` = 0, 1, ...: for example
+``--bootstrap-route=127.0.0.1:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}``.
 """
 
 from __future__ import annotations
 
 import shlex
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +45,27 @@ from pytest_wedge.errors import ConfigError
 
 LISTS = ("prefill_urls", "decode_urls", "bootstrap_ports")
 SCALARS = ("host", "port", "metrics_port", "prefill_url", "decode_url", "bootstrap_port", "python")
+EACH_PREFILL = "[*]"
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    """The placeholders one kind of component may name: scalars (``{x}``, ``{x[i]}``) and
+    lists (a whole argument ``{x}`` that expands to several)."""
+
+    scalars: tuple[str, ...]
+    lists: tuple[str, ...]
+
+    def known(self) -> str:
+        return ", ".join(f"{{{name}}}" for name in (*self.scalars, *self.lists))
+
+
+ROUTER_PLACEHOLDERS = Placeholders(SCALARS, LISTS)
+WORKER_PLACEHOLDERS = Placeholders(
+    ("host", "port", "metrics_port", "name", "role", "bootstrap_port",
+     "prefill_bootstrap_port", "prefill_bootstrap", "python"),
+    ("stub_args",),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,45 +83,113 @@ class TemplateValues:
                 "prefill_url": list(self.prefill_urls), "decode_url": list(self.decode_urls),
                 "bootstrap_port": list(self.bootstrap_ports), "python": self.python}  # fmt: skip
 
+    def lists(self) -> dict[str, list[str]]:
+        return {name: [str(v) for v in getattr(self, name)] for name in LISTS}
+
+
+@dataclass(frozen=True)
+class WorkerValues:
+    """One worker's values. ``bootstrap_port`` is None on a decode, ``prefill_bootstraps``
+    empty on a prefill: a template naming them there is refused with the reason."""
+
+    host: str
+    port: int
+    name: str
+    role: str
+    bootstrap_port: int | None
+    prefill_bootstrap_ports: tuple[int, ...]
+    prefill_bootstraps: tuple[str, ...]
+    python: str
+    stub_args: tuple[str, ...]
+
+    def scalars(self) -> dict[str, Any]:
+        own = {} if self.bootstrap_port is None else {"bootstrap_port": self.bootstrap_port}
+        return {"host": self.host, "port": self.port, "metrics_port": self.port,
+                "name": self.name, "role": self.role, "python": self.python,
+                "prefill_bootstrap_port": list(self.prefill_bootstrap_ports),
+                "prefill_bootstrap": list(self.prefill_bootstraps), **own}  # fmt: skip
+
+    def lists(self) -> dict[str, list[str]]:
+        return {"stub_args": list(self.stub_args)}
+
 
 def split_template(template: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(shlex.split(template)) if isinstance(template, str) else tuple(template)
 
 
-def check_template(template: Sequence[str]) -> None:
+def _whole(arg: str) -> str:
+    """The name of a whole-argument placeholder ``{name}``, else ''."""
+    return arg[1:-1] if arg.startswith("{") and arg.endswith("}") else ""
+
+
+def check_template(template: Sequence[str], placeholders: Placeholders = ROUTER_PLACEHOLDERS,
+                   what: str = "router") -> None:  # fmt: skip
     """Refuse unknown placeholders before anything starts (the error lists the known ones)."""
     for arg in template:
-        if arg.strip("{}") in LISTS and arg.startswith("{") and arg.endswith("}"):
+        if _whole(arg) in placeholders.lists:
             continue
-        for _, field, _, _ in string.Formatter().parse(arg):
+        try:
+            parsed = list(string.Formatter().parse(arg.replace(EACH_PREFILL, "[0]")))
+        except ValueError as exc:
+            raise ConfigError(f"A malformed argument in the {what} command template",
+                              facts={"argument": arg, "error": str(exc)},
+                              fix="write {{ and }} for literal braces") from exc  # fmt: skip
+        for _, field, _, _ in parsed:
             if field is None:
                 continue
             base = field.split("[", 1)[0].split(".", 1)[0]
-            if base not in SCALARS:
+            if base not in placeholders.scalars:
                 raise ConfigError(
-                    f"Unknown placeholder {{{field}}} in the router command template",
-                    facts={"argument": arg, "placeholders": ", ".join(
-                        [*(f"{{{s}}}" for s in SCALARS), *(f"{{{s}}}" for s in LISTS)])},
+                    f"Unknown placeholder {{{field}}} in the {what} command template",
+                    facts={"argument": arg, "placeholders": placeholders.known()},
                     fix="use only the placeholders above; write {{ and }} for literal braces",
-                )  # fmt: skip
+                )
 
 
-def render_template(template: Sequence[str], values: TemplateValues) -> list[str]:
-    check_template(template)
-    scalars = values.scalars()
-    argv: list[str] = []
+def _expand(template: Sequence[str], each: int) -> list[str]:
+    """Each ``[*]`` argument repeated once per index below ``each``."""
+    args: list[str] = []
     for arg in template:
-        name = arg[1:-1] if arg.startswith("{") and arg.endswith("}") else ""
-        if name in LISTS:
-            argv += [str(v) for v in getattr(values, name)]
+        if EACH_PREFILL in arg:
+            args += [arg.replace(EACH_PREFILL, f"[{i}]") for i in range(each)]
+        else:
+            args.append(arg)
+    return args
+
+
+def render(template: Sequence[str], scalars: Mapping[str, Any], lists: Mapping[str, list[str]],
+           what: str, each: int = 0) -> list[str]:  # fmt: skip
+    """The argv of a checked template: list placeholders expanded, the rest formatted."""
+    argv: list[str] = []
+    for arg in _expand(template, each):
+        if _whole(arg) in lists:
+            argv += lists[_whole(arg)]
             continue
         try:
             argv.append(arg.format(**scalars))
         except IndexError as exc:
             raise ConfigError(
-                "The router command template names a worker this topology does not have",
-                facts={"argument": arg, "prefills": len(values.prefill_urls),
-                       "decodes": len(values.decode_urls)},
-                fix="index workers from 0, below the topology's prefill and decode counts",
-            ) from exc  # fmt: skip
+                f"The {what} command template names a worker this topology does not have",
+                facts={"argument": arg, "error": str(exc)},
+                fix="index workers from 0, below the topology's prefill and decode counts; "
+                "{prefill_bootstrap[i]} is a decode's (a prefill has no outgoing link)",
+            ) from exc
+        except KeyError as exc:
+            raise ConfigError(
+                f"The {what} command template names {{{exc.args[0]}}}, which this "
+                f"{what} does not have",
+                facts={"argument": arg, "has": ", ".join(sorted(scalars))},
+                fix="{bootstrap_port} is a prefill's own; give decodes their own template",
+            ) from exc
     return argv
+
+
+def render_template(template: Sequence[str], values: TemplateValues) -> list[str]:
+    check_template(template)
+    return render(template, values.scalars(), values.lists(), "router")
+
+
+def render_worker_template(template: Sequence[str], values: WorkerValues) -> list[str]:
+    check_template(template, WORKER_PLACEHOLDERS, values.role)
+    each = len(values.prefill_bootstrap_ports)
+    return render(template, values.scalars(), values.lists(), values.role, each)

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 import httpx
+import psutil
 
-from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.errors import ComponentControlError, ComponentStartError
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.topology.spec import ComponentSpec
 from pytest_wedge.waiting import MONOTONIC, Clock, poll
@@ -129,3 +130,23 @@ def wait_ready(
         fix="read the log tail; a router stays not-ready until a prefill and a decode "
         "worker register, so check the workers' logs too",
     )  # fmt: skip
+
+
+def _status(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def wait_stopped(name: str, pid: int, timeout_s: float = 5.0) -> None:
+    """Return once ``pid`` is stopped (or gone: nothing is left to hold). SIGSTOP takes effect
+    when the kernel next schedules the process, which on a loaded machine is after ``killpg``
+    returned: a Pause that returned early would let the next request through."""
+    held = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, "gone")
+    if not poll(lambda: _status(pid) in held, timeout_s=timeout_s, interval_s=0.005).met:
+        raise ComponentControlError(
+            f"{name} did not stop within {timeout_s:.0f} s of SIGSTOP",
+            facts={"pid": pid, "state": _status(pid)},
+            fix="check the component's log and whether something resumed it (SIGCONT)",
+        )

@@ -29,6 +29,7 @@ from pytest_wedge.runtime.base import (
     SESSION_ENV,
     ComponentState,
     LogFiles,
+    wait_stopped,
 )
 from pytest_wedge.runtime.forked import ForkServer, Proc, stub_args
 from pytest_wedge.topology.spec import ComponentSpec
@@ -129,7 +130,8 @@ class ProcessRuntime(LogFiles):
             log_path = self.logs_dir / f"{component.name}.log"
             with open(log_path, "ab") as log:
                 log.write(f"--- start: {' '.join(component.argv)}\n".encode())
-            args = stub_args(component.argv)
+            # A command worker runs as its user wrote it, even when that is our stub.
+            args = None if component.foreign else stub_args(component.argv)
             if args is None:
                 proc: Proc = self._spawner.submit(self._spawn, component, log_path).result()
             else:
@@ -235,10 +237,13 @@ class ProcessRuntime(LogFiles):
             self._children[name] = replace(child, paused=False)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP; a no-op on a component that is not running (there is nothing to hold)."""
+        """SIGSTOP, returning once the process is stopped (the signal is delivered when the
+        kernel next schedules it, which on a loaded machine comes after ``killpg`` returns);
+        a no-op on a component that is not running (there is nothing to hold)."""
         with self._locked(name) as child:
             if child is not None and self._signal(child, signal.SIGSTOP):
                 self._children[name] = replace(child, paused=True)
+                wait_stopped(name, child.proc.pid)
 
     def resume(self, name: str) -> None:
         with self._locked(name) as child:

@@ -15,6 +15,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.kinds import RouterSpec
 from pytest_wedge.routers.template import split_template
 from pytest_wedge.topology.spec import StubOptions, TopologySpec
+from pytest_wedge.topology.workers import WorkerSpec, worker_spec
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ def wedge(
     runtime: str | None = None,
     router: str | RouterSpec | Mapping[str, Any] | None = None,
     worker_protocol: str = "auto",
+    prefill_worker: WorkerSpec | Mapping[str, Any] | None = None,
+    decode_worker: WorkerSpec | Mapping[str, Any] | None = None,
 ) -> MarkerArgs:
     """``@pytest.mark.wedge(prefill=1, decode=1, router_args=[...], stub={...}, runtime=...)``
 
@@ -44,6 +47,9 @@ def wedge(
       ``{"kind": "url", "url": ..., ...}`` (the fields of :class:`RouterSpec`).
     - ``worker_protocol``: ``"auto"`` (default: the router's own, ``"vllm"`` for vllm-router,
       else ``"sglang"``), ``"sglang"`` or ``"vllm"``: the stubs' personality.
+    - ``prefill_worker``/``decode_worker``: how that role's workers start: ``{"kind": "stub"}``
+      (default), ``{"kind": "command", "command": [...]}`` or ``{"kind": "url", "urls": [...]}``
+      (the fields of :class:`WorkerSpec`).
     """
     if isinstance(router_args, str) or not all(isinstance(a, str) for a in router_args):
         raise ConfigError(
@@ -74,7 +80,9 @@ def wedge(
                               fix=f"write {name}=1")  # fmt: skip
     spec = TopologySpec(prefill=prefill, decode=decode, router_args=tuple(router_args),
                         stub=options, router=router_spec(router),
-                        worker_protocol=worker_protocol)  # fmt: skip
+                        worker_protocol=worker_protocol,
+                        prefill_worker=worker_spec(prefill_worker, "prefill"),
+                        decode_worker=worker_spec(decode_worker, "decode"))  # fmt: skip
     return MarkerArgs(spec=spec, runtime=runtime)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_wedge.errors import ComponentStartError, MissingBinaryError
+from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.routers.describe import describe_lines, router_metric_names
@@ -42,6 +42,8 @@ from pytest_wedge.topology.spec import (
     render_components,
 )
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
+from pytest_wedge.topology.worker_start import url_worker_listen, url_worker_plan, wait_url_workers
+from pytest_wedge.topology.workers import check_runtime
 
 
 def find_executables(toxiproxy_binary: str) -> Executables:
@@ -100,27 +102,30 @@ class Topology:
     def start(self) -> Topology:
         """From nothing to ready. A failed start rolls back whatever did start."""
         spec = self.spec
+        check_runtime([spec.prefill_worker, spec.decode_worker], self.runtime.name)
         count = len(spec.component_names) + spec.prefill + 1
         taken = self._allocator.take(count)
         it = iter(taken)
-        self.plan = url_router_plan(spec, PortPlan(
+        self.plan = url_worker_plan(spec, url_router_plan(spec, PortPlan(
             http={name: next(it) for name in spec.component_names},
             bootstrap={p: next(it) for p in spec.prefill_names},
             router_metrics=next(it),
-        ))  # fmt: skip
+        )))  # fmt: skip
+        # Ports of what runs already (url router, url workers) are taken, by design.
+        theirs = {*spec.url_workers, *([] if spec.router.managed else ["router"])}
         # The stub fork server's imports (a quarter second) overlap the proxies' creation.
         warm_up = getattr(self.runtime, "warm_up", None)
         warming = self._pool.submit(warm_up, self.exe.python) if callable(warm_up) else None
         try:
-            check_free({f"{n} http": p for n, p in self.plan.http.items()
-                        if n != "router" or spec.router.managed}
-                       | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()}
+            check_free({f"{n} http": p for n, p in self.plan.http.items() if n not in theirs}
+                       | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()
+                          if n not in theirs}
                        | ({"router metrics": self.plan.router_metrics}
                           if spec.router.managed else {}))  # fmt: skip
             self.exe = with_router_executable(spec.router, self.exe)
             # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
-            fixed = url_router_listen(spec)
+            fixed = url_router_listen(spec) | url_worker_listen(spec)
             ports = self.toxiproxy.populate(
                 [{"name": proxy, "upstream": link.upstream,
                   **({"listen": fixed[link.name]} if link.name in fixed else {})}
@@ -147,6 +152,7 @@ class Topology:
             # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
             wait_ready(self.runtime, workers, timeout_s=self.ready_timeout_s)
+            wait_url_workers(self.http, spec, self.plan, max(1.0, deadline - time.monotonic()))
             remaining = max(1.0, deadline - time.monotonic())
             if spec.router.managed:
                 router = self.components["router"]
@@ -251,6 +257,15 @@ class Topology:
         try:
             return self.stubs[name]
         except KeyError:
+            if name in self.spec.foreign_workers:
+                raise ConfigError(
+                    f"{name} is a {self.spec.worker(name).kind} worker: it has no pytest-wedge "
+                    "control API",
+                    facts={"worker": name, "started from": self.spec.worker(name).describe()},
+                    fix="engine faults and stub watchdogs need a stub worker: use a network "
+                    "fault (Timeout, Down, ...) or a component fault (Pause, Kill, Restart) on "
+                    "it, or run that role as a stub",
+                ) from None
             raise StubUnavailable(
                 f"{name} is not a pytest-wedge stub", facts={"stubs": ", ".join(self.stubs)},
                 fix="engine faults need a stub worker",

@@ -20,6 +20,7 @@ from pytest_wedge.topology.running import Topology, find_executables
 from pytest_wedge.topology.shape import shape_id
 from pytest_wedge.topology.spec import TopologySpec
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
+from pytest_wedge.topology.worker_start import fixed_listen
 
 RuntimeFactory = Callable[[str, str, str], Runtime]
 # One JSON line per topology this session brought up (docs/scaling.md): under xdist, how many
@@ -107,6 +108,10 @@ class WedgeSession:
         if existing is not None:
             self.topologies[spec] = existing  # most recently used last
             return existing
+        wanted = fixed_listen(spec)
+        for other in [cached for cached in self.topologies if fixed_listen(cached) & wanted]:
+            # Its proxies listen where this one's must (a running router or worker sends there).
+            self.topologies.pop(other).close()
         while len(self.topologies) >= self.max_topologies:
             # Each shape costs ~150 MB; a suite with many router flags keeps only the recent ones.
             oldest = next(iter(self.topologies))

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import adapter
 from pytest_wedge.routers.kinds import AUTO_PROTOCOL, RouterSpec, resolve_worker_protocol
-from pytest_wedge.routers.template import TemplateValues, render_template
+from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_template
 
-Role = Literal["router", "prefill", "decode", "toxiproxy"]
+# Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
+from pytest_wedge.topology.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
+from pytest_wedge.topology.component import ComponentSpec as ComponentSpec
+from pytest_wedge.topology.workers import WorkerSpec, check_counts, worker_argv
+
 LOOPBACK = "127.0.0.1"
 _COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
 STUB_PROTOCOLS = ("sglang", "vllm")  # the stubs' --protocol choices (stubs/config.py)
 # TopologySpec's fields that are its own bookkeeping, not settings (not marker keywords).
 BOOKKEEPING_FIELDS = ("protocol_follows_router",)
-LEDGERLESS_FLAG = "--ledgerless"  # the stubs' flag that switches off ledger and control API
 
 
 @dataclass(frozen=True)
@@ -104,21 +106,14 @@ class TopologySpec:
     # ``dataclasses.replace(spec, router=...)``; a replaced stub protocol ends that. Not part
     # of equality (the resolved protocol is).
     protocol_follows_router: bool = field(default=False, compare=False, repr=False)
+    # How each role's workers start: our stub (default) or a user's command (workers.py).
+    prefill_worker: WorkerSpec = field(default_factory=WorkerSpec)
+    decode_worker: WorkerSpec = field(default_factory=WorkerSpec)
 
     def __post_init__(self) -> None:
         self._resolve_protocol()
-        url = self.router
-        if url.kind == "url" and (len(url.prefill_listen), len(url.decode_listen),
-                                  len(url.bootstrap_ports)) != (self.prefill, self.decode,
-                                                                self.prefill):  # fmt: skip
-            raise ConfigError(
-                "A url router needs one listen port per worker it was started with",
-                facts={"prefill": self.prefill, "decode": self.decode,
-                       "prefill_listen": url.prefill_listen, "decode_listen": url.decode_listen,
-                       "bootstrap_ports": url.bootstrap_ports},
-                fix="pass prefill_listen, bootstrap_ports (one per prefill) and decode_listen "
-                "(one per decode): the ports your router sends to",
-            )  # fmt: skip
+        self.router.check_counts(self.prefill, self.decode)
+        check_counts(self.prefill_worker, self.decode_worker, self.prefill, self.decode)
         if self.prefill < 1 or self.decode < 1:
             raise ConfigError(
                 "A PD topology needs at least one prefill and one decode worker",
@@ -133,6 +128,20 @@ class TopologySpec:
         object.__setattr__(self, "worker_protocol", chosen)
         object.__setattr__(self, "protocol_follows_router", follows)
         object.__setattr__(self, "stub", replace(self.stub, protocol=chosen))
+
+    def worker(self, name: str) -> WorkerSpec:
+        """How worker ``name`` (``prefill-i`` or ``decode-j``) starts."""
+        return self.prefill_worker if name.startswith("prefill-") else self.decode_worker
+
+    @property
+    def foreign_workers(self) -> list[str]:
+        """Workers the plugin knows only by their public endpoints (command and url)."""
+        return [n for n in [*self.prefill_names, *self.decode_names] if self.worker(n).foreign]
+
+    @property
+    def url_workers(self) -> list[str]:
+        """Workers already running: not started, paused, restarted or stopped by the plugin."""
+        return [n for n in [*self.prefill_names, *self.decode_names] if not self.worker(n).managed]
 
     @property
     def prefill_names(self) -> list[str]:
@@ -207,24 +216,6 @@ class PortPlan:
 
 
 @dataclass(frozen=True)
-class ComponentSpec:
-    """How one component starts. A runtime knows how to run it; nothing here is stub-specific,
-    so a user's own worker or router build can take a stub's place."""
-
-    name: str
-    role: Role
-    argv: tuple[str, ...]
-    ready_url: str
-    ports: tuple[int, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_stub(self) -> bool:
-        """A stub with its control API: a ledger-less one shows only public endpoints."""
-        return "pytest_wedge.stubs" in self.argv and LEDGERLESS_FLAG not in self.argv
-
-
-@dataclass(frozen=True)
 class Executables:
     """Where the programs live. Docker images keep the host's absolute paths, so one set of
     command lines serves both runtimes."""
@@ -246,25 +237,27 @@ def render_components(
     ``listen`` maps link names to the port Toxiproxy gave each proxy.
     """
     components: list[ComponentSpec] = []
-    for p in spec.prefill_names:
+    for p in spec.prefill_names if spec.prefill_worker.managed else []:
         components.append(
             ComponentSpec(
                 name=p,
                 role="prefill",
-                argv=(
+                argv=worker_argv(spec.prefill_worker, (
                     exe.python, "-m", "pytest_wedge.stubs", "--role", "prefill",
                     "--name", p, "--host", LOOPBACK, "--port", str(ports.http[p]),
                     "--bootstrap-port", str(ports.bootstrap[p]),
                     *spec.stub.argv(),
-                ),
-                ready_url=f"http://{LOOPBACK}:{ports.http[p]}/health",
+                ), _worker_values(spec, p, ports, ports.bootstrap[p], (), exe)),
+                ready_url=f"http://{LOOPBACK}:{ports.http[p]}{spec.prefill_worker.ready_path}",
                 ports=(ports.http[p], ports.bootstrap[p]),
+                foreign=spec.prefill_worker.foreign,
             )
         )  # fmt: skip
-    for d in spec.decode_names:
+    for d in spec.decode_names if spec.decode_worker.managed else []:
         # smg hands every decode the same bootstrap address for a prefill; each decode maps it
         # onto its own link so one pair's KV transfer can be cut and the others' left alone.
         routes: list[str] = []
+        kv_listen = tuple(f"{LOOPBACK}:{listen[f'{d}->{p}']}" for p in spec.prefill_names)
         for p in spec.prefill_names:
             routes += [
                 "--bootstrap-route",
@@ -274,19 +267,28 @@ def render_components(
             ComponentSpec(
                 name=d,
                 role="decode",
-                argv=(
+                argv=worker_argv(spec.decode_worker, (
                     exe.python, "-m", "pytest_wedge.stubs", "--role", "decode",
                     "--name", d, "--host", LOOPBACK, "--port", str(ports.http[d]),
                     *routes, *spec.stub.argv(),
-                ),
-                ready_url=f"http://{LOOPBACK}:{ports.http[d]}/health",
+                ), _worker_values(spec, d, ports, None, kv_listen, exe)),
+                ready_url=f"http://{LOOPBACK}:{ports.http[d]}{spec.decode_worker.ready_path}",
                 ports=(ports.http[d],),
+                foreign=spec.decode_worker.foreign,
             )
         )  # fmt: skip
     router = _router_component(spec, ports, listen, exe)
     if router is not None:
         components.append(router)
     return components
+
+
+def _worker_values(spec: TopologySpec, name: str, ports: PortPlan, bootstrap: int | None,
+                   kv_listen: tuple[str, ...], exe: Executables) -> WorkerValues:  # fmt: skip
+    """A command worker's placeholder values: its ports and its links' listen sides."""
+    return WorkerValues(LOOPBACK, ports.http[name], name, name.split("-")[0], bootstrap,
+                        tuple(ports.bootstrap[p] for p in spec.prefill_names), kv_listen,
+                        exe.python, tuple(spec.stub.argv()))  # fmt: skip
 
 
 def _router_component(

@@ -56,6 +56,8 @@ def test_a_worker_from_a_users_command_and_one_not_started_say_so() -> None:
     assert (
         own.started
         == "started by pytest-wedge from the user's command '/opt/engine/serve --port 9000', on the process runtime"
+        "; only its public endpoints are known (no ledger, no control API), so the locator had "
+        "no worker ledger of it"
     )
     assert describe_worker("prefill-0", (), spec).started == "not started by pytest-wedge"
 

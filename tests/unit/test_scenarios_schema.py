@@ -88,7 +88,7 @@ def test_a_file_maps_onto_the_python_api(tmp_path):
         (("seconds = 2", "secs = 2"), "watchdogs[0].secs", "the arguments of RequestTimeout"),
         (("agents = 3", "agentz = 3"), "load.harness.agentz", "one of "),
         (('located_at = "router"', 'location = "router"'), "expect.location", "one of located_at, red_herring"),
-        (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of prefill, decode, router_args, stub, router, worker_protocol, runtime"),
+        (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of prefill, decode, router_args, stub, router, worker_protocol, prefill_worker, decode_worker, runtime"),
         (("cleared_within_s = 3", "cleared_within_s = true"), "expect.cleared_within_s", "number"),
         (("cleared_within_s = 3", ""), "expect.cleared_within_s", "since [[watchdogs]] are armed"),
         (("agents = 3", 'agents = 3\ntarget = "decode-0"'), "load.harness.target", "one of "),

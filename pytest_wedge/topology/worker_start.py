@@ -1,0 +1,75 @@
+"""The workers' part of a bring-up that differs by kind: ``url`` workers are already running.
+
+Their ports are taken from their URLs and bootstrap ports, the ``decode-j->prefill-i`` proxies
+listen where each url decode was told to send KV (``kv_listen``), and readiness is polled on
+their URLs; nothing of theirs is started or stopped.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.topology.router_start import url_router_listen
+from pytest_wedge.topology.spec import LOOPBACK, PortPlan, TopologySpec
+from pytest_wedge.waiting import poll
+
+
+def url_worker_plan(spec: TopologySpec, plan: PortPlan) -> PortPlan:
+    """``plan`` with the url workers' own ports and url prefills' bootstrap ports."""
+    http, bootstrap = dict(plan.http), dict(plan.bootstrap)
+    for role, names in (("prefill", spec.prefill_names), ("decode", spec.decode_names)):
+        worker = spec.prefill_worker if role == "prefill" else spec.decode_worker
+        if worker.managed:
+            continue
+        http |= {name: worker.port(i) for i, name in enumerate(names)}
+        if role == "prefill":
+            bootstrap = dict(zip(names, worker.bootstrap_ports, strict=True))
+    return PortPlan(http=http, bootstrap=bootstrap, router_metrics=plan.router_metrics)
+
+
+def url_worker_listen(spec: TopologySpec) -> dict[str, str]:
+    """Link name -> fixed listen address, for the KV links url decodes already send to."""
+    listen: dict[str, str] = {}
+    worker = spec.decode_worker
+    if worker.managed or not worker.kv_listen:  # a stub decode is told its links' ports
+        return listen
+    for d, ports in zip(spec.decode_names, worker.kv_listen, strict=True):
+        listen |= {f"{d}->{p}": f"{LOOPBACK}:{port}"
+                   for p, port in zip(spec.prefill_names, ports, strict=True)}  # fmt: skip
+    return listen
+
+
+def wait_url_workers(http: httpx.Client, spec: TopologySpec, plan: PortPlan,
+                     timeout_s: float) -> None:  # fmt: skip
+    """Wait until every url worker answers its readiness path with 200."""
+    pending = {name: f"http://{LOOPBACK}:{plan.http[name]}{spec.worker(name).ready_path}"
+               for name in spec.url_workers}  # fmt: skip
+    last: dict[str, str] = {}
+
+    def ready() -> bool:
+        for name, url in list(pending.items()):
+            try:
+                answer = http.get(url, timeout=1.0)
+            except httpx.HTTPError as exc:
+                last[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            last[name] = f"{answer.status_code} {answer.text[:200]}"
+            if answer.status_code == 200:
+                del pending[name]
+        return not pending
+
+    if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
+        raise ComponentStartError(
+            f"The url worker(s) {', '.join(pending)} did not become ready in {timeout_s:.0f} s",
+            facts={name: f"{url}: {last.get(name, 'no answer yet')}"
+                   for name, url in pending.items()},
+            fix="check that each worker runs and answers its ready_path at the URL you gave "
+            "(pytest-wedge does not start url workers)",
+        )  # fmt: skip
+
+
+def fixed_listen(spec: TopologySpec) -> set[str]:
+    """The addresses this spec's proxies must listen on, because something already running
+    (a url router or url decode) sends there: two topologies cannot hold them at once."""
+    return set((url_router_listen(spec) | url_worker_listen(spec)).values())

@@ -1,0 +1,176 @@
+"""How a worker starts: ``WorkerSpec``, pure data (hashable, no I/O).
+
+- ``stub`` (default): our stub worker, with its ledger and control API unless
+  ``stub={"ledger": False}``;
+- ``command``: a command template the user writes, for their own build or a real engine
+  (``routers/template.py`` renders it). pytest-wedge starts, pauses, kills and restarts it by
+  PID, but knows only its public endpoints (``/health``, ``/metrics``, the API): it is
+  ledger-less everywhere, and engine faults, which need our stubs' control API, are refused.
+- ``url``: already running; the ``router->worker`` proxies forward to it, but pytest-wedge
+  neither starts nor stops it, so component faults are refused as well.
+
+One spec per role (``prefill_worker=``, ``decode_worker=``), since a real engine's prefill and
+decode take different flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.template import (
+    WORKER_PLACEHOLDERS,
+    WorkerValues,
+    check_template,
+    render_worker_template,
+    split_template,
+)
+
+WORKER_KINDS = ("stub", "command", "url")
+URL_PREFIX = "http://127.0.0.1:"
+WORKER_ROLES = ("prefill", "decode")
+# Runtimes that can start a command worker: the docker runtime runs each component from the
+# offline image, and a user's command would need its programs copied in (not built).
+COMMAND_RUNTIMES = ("process",)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How one role's workers start. ``WorkerSpec()`` is our stub."""
+
+    kind: str = "stub"
+    command: tuple[str, ...] = ()  # command: argv template (placeholders: routers/template.py)
+    ready_path: str = "/health"  # ready once this answers 200 on the worker's port
+    # url: the running workers of this role, one URL each, in order (prefill-0, prefill-1, ...)
+    urls: tuple[str, ...] = ()
+    # url prefills: each one's real bootstrap port (the router announces it to the decodes).
+    bootstrap_ports: tuple[int, ...] = ()
+    # url decodes: per decode, the port it sends each prefill's KV to. The decode-j->prefill-i
+    # proxies listen there. Empty: the decodes' KV path is not proxied.
+    kv_listen: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in WORKER_KINDS:
+            raise ConfigError(
+                f"Unknown worker kind {self.kind!r}",
+                facts={"known kinds": ", ".join(WORKER_KINDS)},
+                fix="use {'kind': 'stub'} (default) or {'kind': 'command', 'command': [...]}",
+            )
+        if self.kind == "command" and not self.command:
+            raise ConfigError(
+                "A command worker needs its command template",
+                fix="pass {'kind': 'command', 'command': ['my-engine', '--port', '{port}', ...]}",
+            )
+        if self.kind != "command" and self.command:
+            raise ConfigError(f"command= is only for kind='command' (got kind={self.kind!r})",
+                              fix="drop command=, or set kind='command'")  # fmt: skip
+        if self.kind == "url":
+            bad = [url for url in self.urls if not _port_of(url)]
+            if not self.urls or bad:
+                raise ConfigError("A url worker needs urls=['http://127.0.0.1:PORT', ...]",
+                                  facts={"urls": self.urls, "not loopback URLs": bad},
+                                  fix="start your workers on 127.0.0.1 and pass one URL each "
+                                  "(traffic stays on loopback)")  # fmt: skip
+        elif self.urls or self.bootstrap_ports or self.kv_listen:
+            raise ConfigError(f"urls, bootstrap_ports and kv_listen are only for kind='url' "
+                              f"(got kind={self.kind!r})",
+                              fix="drop them, or set kind='url'")  # fmt: skip
+        if not self.ready_path.startswith("/"):
+            raise ConfigError(f"ready_path must be a path, got {self.ready_path!r}",
+                              fix="write ready_path='/health'")  # fmt: skip
+        check_template(self.command, WORKER_PLACEHOLDERS, "worker")
+
+    @property
+    def foreign(self) -> bool:
+        """True when the plugin knows only the worker's public endpoints."""
+        return self.kind != "stub"
+
+    @property
+    def managed(self) -> bool:
+        """True when the plugin starts, pauses, restarts and stops the worker processes."""
+        return self.kind != "url"
+
+    def port(self, index: int) -> int:
+        """A url worker's port, by its index in the role."""
+        return _port_of(self.urls[index])
+
+    def describe(self) -> str:
+        if self.kind == "url":
+            return f"url (already running): {', '.join(self.urls)}"
+        return f"command: {' '.join(self.command)}" if self.foreign else "stub"
+
+
+def _port_of(url: str) -> int:
+    """The port of ``http://127.0.0.1:PORT``, else 0."""
+    rest = url.removeprefix(URL_PREFIX).rstrip("/")
+    return int(rest) if url.startswith(URL_PREFIX) and rest.isdigit() else 0
+
+
+def check_counts(prefill: WorkerSpec, decode: WorkerSpec, prefills: int, decodes: int) -> None:
+    """A url role names every worker of it: one URL each, and a prefill's bootstrap port."""
+    wrong: dict[str, object] = {}
+    named = (len(prefill.urls), len(prefill.bootstrap_ports))
+    if prefill.kind == "url" and named != (prefills, prefills):
+        wrong |= {"prefill urls": prefill.urls, "prefill bootstrap_ports": prefill.bootstrap_ports}
+    if decode.kind == "url" and (len(decode.urls) != decodes or (decode.kv_listen and (
+        [len(ports) for ports in decode.kv_listen] != [prefills] * decodes))):  # fmt: skip
+        wrong |= {"decode urls": decode.urls, "decode kv_listen": decode.kv_listen}
+    if wrong:
+        raise ConfigError(
+            "A url role needs one URL per worker (and per prefill its bootstrap port)",
+            facts={"prefill": prefills, "decode": decodes, **wrong},
+            fix="pass urls (one per worker), bootstrap_ports (one per prefill) and, for "
+            "decodes, kv_listen (one list per decode, one port per prefill) or none",
+        )
+
+
+def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> WorkerSpec:
+    """``prefill_worker=``/``decode_worker=`` as a dict of WorkerSpec fields or a WorkerSpec."""
+    if value is None:
+        return WorkerSpec()
+    if isinstance(value, WorkerSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{role}_worker must be a dict",
+            facts={"got": repr(value)},
+            fix=f"write {role}_worker={{'kind': 'command', 'command': [...]}}",
+        )
+    known = {f.name for f in fields(WorkerSpec)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(
+            f"Unknown {role}_worker setting(s): {', '.join(unknown)}",
+            facts={"known": ", ".join(sorted(known))},
+            fix="use only the fields of pytest_wedge.topology.workers.WorkerSpec",
+        )
+    values = dict(value)
+    if "command" in values:
+        values["command"] = split_template(values["command"])
+    if "urls" in values:
+        values["urls"] = tuple(values["urls"])
+    if "bootstrap_ports" in values:
+        values["bootstrap_ports"] = tuple(int(p) for p in values["bootstrap_ports"])
+    if "kv_listen" in values:
+        values["kv_listen"] = tuple(tuple(int(p) for p in ports) for ports in values["kv_listen"])
+    return WorkerSpec(**values)
+
+
+def check_runtime(workers: Sequence[WorkerSpec], runtime: str) -> None:
+    """Refuse a command worker on a runtime that cannot start one, before anything starts."""
+    foreign = [w for w in workers if w.kind == "command"]  # a url worker is not started
+    if foreign and runtime not in COMMAND_RUNTIMES:
+        raise ConfigError(
+            f"A command worker cannot run on the {runtime} runtime",
+            facts={"runtime": runtime, "command": " ".join(foreign[0].command),
+                   "runtimes that can": ", ".join(COMMAND_RUNTIMES)},
+            fix="run this topology with runtime='process', or use the built-in stub workers "
+            "on docker (the offline image holds only pytest-wedge, smg and Toxiproxy)",
+        )  # fmt: skip
+
+
+def worker_argv(worker: WorkerSpec, stub: tuple[str, ...], values: WorkerValues) -> tuple[str, ...]:
+    """The worker's command line: the stub's own (``stub``), or the rendered template."""
+    return tuple(render_worker_template(worker.command, values)) if worker.foreign else stub

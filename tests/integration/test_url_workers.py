@@ -1,0 +1,149 @@
+"""Workers that are already running (``prefill_worker``/``decode_worker`` of kind ``url``): the
+test starts them itself (our stub, ledger-less, so only public endpoints are known) and the
+plugin only puts the links around them. The catalog's router-pause and KV-black-hole scenarios
+must still be located where they are, and component and engine faults are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.faults import ErrorStatus, Pause
+from pytest_wedge.handle import Wedge
+from pytest_wedge.scenarios.catalog import Scenario, catalog
+from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.topology.ports import PortAllocator
+from pytest_wedge.topology.spec import StubOptions
+from pytest_wedge.topology.workers import worker_spec
+from pytest_wedge.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+CATALOG = {s.name: s for s in catalog()}
+NO_LEDGERS = "no worker ledgers: prefill-0, decode-0 run ledger-less"
+# The catalog's KV black hole is cleared by the decode's transfer timeout: set on the command
+# line of the decode the test starts, since these workers have no control API to arm it.
+(_ARMED,) = CATALOG["kv-transfer-blackhole"].watchdogs
+TRANSFER_TIMEOUT_S = _ARMED.watchdog.after_s  # type: ignore[attr-defined]
+
+
+@dataclasses.dataclass(frozen=True)
+class Running:
+    prefill: dict[str, Any]
+    decode: dict[str, Any]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """One prefill and one decode the test starts, as a user starts their own engines."""
+    allocator = PortAllocator()
+    prefill, bootstrap, decode, kv_listen = allocator.take(4)
+    options = StubOptions(transfer_timeout_s=TRANSFER_TIMEOUT_S, ledger=False).argv()
+    stub = [sys.executable, "-m", "pytest_wedge.stubs", "--host", "127.0.0.1", *options]
+    argvs = {
+        "prefill-0": [*stub, "--role", "prefill", "--name", "prefill-0", "--port", str(prefill),
+                      "--bootstrap-port", str(bootstrap)],
+        # The router announces the prefill's real bootstrap port; this decode sends that KV to
+        # kv_listen, where the plugin's decode-0->prefill-0 proxy will listen.
+        "decode-0": [*stub, "--role", "decode", "--name", "decode-0", "--port", str(decode),
+                     "--bootstrap-route", f"127.0.0.1:{bootstrap}=127.0.0.1:{kv_listen}"],
+    }  # fmt: skip
+    logs: Path = tmp_path_factory.mktemp("url-workers")
+    procs = []
+    try:
+        for name, argv in argvs.items():
+            with open(logs / f"{name}.log", "wb") as log:
+                procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True))  # fmt: skip
+        for port in (prefill, decode):
+            wait_for(lambda port=port: _healthy(port), timeout_s=30,  # type: ignore[misc]
+                     what=f"the test's own worker on {port} to answer /health")  # fmt: skip
+        yield Running(
+            prefill={"kind": "url", "urls": [f"http://127.0.0.1:{prefill}"],
+                     "bootstrap_ports": [bootstrap]},
+            decode={"kind": "url", "urls": [f"http://127.0.0.1:{decode}"],
+                    "kv_listen": [[kv_listen]]},
+        )  # fmt: skip
+        assert all(proc.poll() is None for proc in procs)  # the plugin left them alone
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        allocator.close()
+
+
+def on_url_workers(name: str, workers: Running, wedge_factory: Any) -> tuple[Wedge, Scenario]:
+    catalogued = CATALOG[name]
+    spec = dataclasses.replace(catalogued.spec,
+                               prefill_worker=worker_spec(workers.prefill, "prefill"),
+                               decode_worker=worker_spec(workers.decode, "decode"))  # fmt: skip
+    # The catalog's stub watchdog needs the control API: the decode's own timeout replaces it.
+    scenario = dataclasses.replace(catalogued, spec=spec, watchdogs=())
+    wedge: Wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode,
+                                 router_args=spec.router_args, stub=spec.stub,
+                                 prefill_worker=workers.prefill,
+                                 decode_worker=workers.decode)  # fmt: skip
+    topology = wedge.topology
+    assert topology.spec == spec
+    # Not ours: nothing started, paused or restarted by the plugin, no control API...
+    assert set(topology.components) == {"router"} and topology.stubs == {}
+    # ...but the router's traffic to them and the decode's KV cross the links.
+    assert topology.links["router->prefill-0"].spec.upstream == workers.prefill["urls"][0][7:]
+    assert topology.links["decode-0->prefill-0"].listen_port == workers.decode["kv_listen"][0][0]
+    return wedge, scenario
+
+
+def test_a_paused_router_is_located_with_url_workers(workers: Running,
+                                                     wedge_factory: Any) -> None:  # fmt: skip
+    wedge, scenario = on_url_workers("stray-requester-masks-router-wedge", workers, wedge_factory)
+    result = run_scenario(wedge, scenario)  # asserts located_at = router, stray-1 named
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.location == "router"
+    assert diagnosis.locator == "blind" and diagnosis.oracle is None
+    assert NO_LEDGERS in diagnosis.render(), diagnosis.render()
+    lines = wedge.topology.describe()
+    for name in ("prefill-0", "decode-0"):
+        (line,) = [line for line in lines if line.startswith(f"{name}: ")]
+        assert line.startswith(f"{name}: url ") and "not started or stopped" in line, line
+    assert any(line.startswith("not through Toxiproxy: the processes of prefill-0, decode-0 "
+                               "(url workers)") for line in lines), lines  # fmt: skip
+
+
+def test_a_kv_black_hole_is_located_with_url_workers(workers: Running,
+                                                     wedge_factory: Any) -> None:  # fmt: skip
+    wedge, scenario = on_url_workers("kv-transfer-blackhole", workers, wedge_factory)
+    result = run_scenario(wedge, scenario)  # asserts the location and the clearing budget
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.location == "decode-0->prefill-0"
+    assert diagnosis.locator == "blind" and diagnosis.oracle is None
+    assert NO_LEDGERS in diagnosis.render(), diagnosis.render()
+    assert result.check is not None  # cleared within the catalog's budget
+
+
+def test_url_workers_refuse_component_and_engine_faults(workers: Running,
+                                                        wedge_factory: Any) -> None:  # fmt: skip
+    wedge, _ = on_url_workers("stray-requester-masks-router-wedge", workers, wedge_factory)
+    with pytest.raises(ConfigError) as raised:
+        wedge.apply(Pause(target="decode-0"))
+    assert raised.value.headline.startswith("decode-0 is a url worker: pytest-wedge did not start")
+    assert raised.value.facts["running at"] == workers.decode["urls"][0]
+    with pytest.raises(ConfigError, match="prefill-0 is a url worker: it has no pytest-wedge"):
+        wedge.apply(ErrorStatus(target="prefill-0", status=500))
+    healthy = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
+    assert healthy.wait(30) and wedge.ledger.by_origin("harness").states()["ok"] == 2
