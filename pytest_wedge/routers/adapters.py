@@ -41,6 +41,8 @@ class RouterAdapter:
     keepalive: bool
     waits_for_workers: bool  # the port opens only once every worker answers /health
     unproxied: tuple[str, ...]  # traffic that does not cross a Toxiproxy link
+    # ... only when the workers speak another protocol than the router's own
+    unproxied_other_protocol: tuple[str, ...] = ()
     ready_path: str = "/readiness"
 
     def argv(
@@ -109,8 +111,10 @@ VLLM_ROUTER = RouterAdapter(
           "frame); no keep-alive",
     timeout="a hung worker: 500 at exactly N s (no retries; the breaker never trips)",
     retries=False, keepalive=False, waits_for_workers=True,
-    unproxied=("with SGLang-protocol workers the decode does no KV fetch (vllm-router sends no "
-               "bootstrap room), so the decode-j->prefill-i links carry no traffic",),
+    unproxied=(),
+    unproxied_other_protocol=("with SGLang-protocol workers the decode does no KV fetch "
+                              "(vllm-router sends no bootstrap room), so the decode-j->prefill-i "
+                              "links carry no traffic",),
 )  # fmt: skip
 
 ADAPTERS = {a.name: a for a in (SMG, SGLANG_ROUTER, VLLM_ROUTER)}

@@ -59,6 +59,8 @@ class _Component(Protocol):
 class _Stub(Protocol):
     @property
     def ledger(self) -> bool: ...
+    @property
+    def protocol(self) -> str: ...
 
 
 class _Spec(Protocol):
@@ -213,9 +215,14 @@ def describe_kind(name: str) -> str:
     return f"{name} {env_version(env) or kind.version} (isolated venv {env.path})"
 
 
-def unproxied(router: RouterSpec) -> list[str]:
-    """Traffic of this router kind that does not cross a Toxiproxy link, so no fault reaches it."""
-    lines = list(adapter(router.dialect).unproxied)
+def unproxied(router: RouterSpec, stub_protocol: str | None = None) -> list[str]:
+    """Traffic of this router kind that does not cross a Toxiproxy link, so no fault reaches it.
+    With ``stub_protocol`` (what the stub workers speak), the lines about workers speaking
+    another protocol than the router's are left out when they speak its own."""
+    kind = adapter(router.dialect)
+    lines = list(kind.unproxied)
+    if stub_protocol is None or stub_protocol != router.worker_protocol:
+        lines += kind.unproxied_other_protocol
     if router.kind == "url":
         lines.append(
             "the router's own process: it is not started by pytest-wedge, so Pause, Kill and "
@@ -244,7 +251,7 @@ def unproxied_workers(spec: _Spec) -> list[str]:
 
 def not_proxied(spec: _Spec) -> list[str]:
     """Everything of this topology that no link carries: the router's, then the workers'."""
-    return [*unproxied(spec.router), *unproxied_workers(spec)]
+    return [*unproxied(spec.router, spec.stub.protocol), *unproxied_workers(spec)]
 
 
 def describe_lines(topology: DescribedTopology) -> list[str]:

@@ -131,3 +131,9 @@ def test_the_workers_speak_the_routers_protocol_unless_chosen() -> None:
     assert TopologySpec(router=like_vllm).stub.protocol == "vllm"
     with pytest.raises(ConfigError, match="given twice"):
         wedge(worker_protocol="sglang", stub={"protocol": "vllm"})
+
+
+def test_vllm_routers_no_kv_fetch_line_shows_only_with_sglang_protocol_workers() -> None:
+    router = RouterSpec(kind="vllm-router")
+    assert any("no KV fetch" in line for line in unproxied(router, "sglang"))
+    assert not any("no KV fetch" in line for line in unproxied(router, "vllm"))
