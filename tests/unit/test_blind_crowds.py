@@ -184,3 +184,17 @@ def test_a_prefill_that_restarted_in_the_window_lost_the_kv_a_decode_waits_for()
                    workers_before={"decode-0": {"generation_tokens": 0.0}},
                    started={"prefill-0": NOW - 0.9})  # fmt: skip
     located(obs, "prefill-0", "likely", since=NOW - 1.0)
+
+
+def test_failed_transfers_name_the_link_to_the_one_prefill_that_counted_aborts() -> None:
+    # A limit_data toxic on decode-1->prefill-1 cuts its transfers; the router counted nothing
+    # against a prefill, but prefill-1 alone had legs cancelled.
+    body = 'HTTP 500: {"error":{"code":"decode_internal_error","message":"KV transfer failed"}}'
+    failed = pending(5, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
+    obs = observed(failed, prefill=2, decode=2, router=in_flight(decode_1=20),
+                   workers={"decode-1": {"num_transfer_failed_reqs": 18.0},
+                            "prefill-1": {"num_aborted_requests": 2.0}},
+                   workers_window={"decode-1": {"num_transfer_failed_reqs": 0.0},
+                                   "prefill-0": {"num_aborted_requests": 0.0},
+                                   "prefill-1": {"num_aborted_requests": 0.0}})  # fmt: skip
+    located(obs, "decode-1->prefill-1", "likely", since=NOW - 1.0)

@@ -173,6 +173,11 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
     if p is not None:
         return s.verdict(f"{d.name}->{p.name}", LIKELY, line, f"{n} requests answered "
                          f"{ph.status}; {p.name} is the prefill the router counted them against")
+    if (c := s.cancelled("prefill", 1.0)) is not None:
+        # The prefill whose KV the decode failed to take had those legs cancelled.
+        return s.verdict(f"{d.name}->{c.name}", LIKELY, line, f"{c.name} alone counted aborted "
+                         f"requests in the window (sglang:num_aborted_requests "
+                         f"+{s.obs.grew(c.name, 'num_aborted_requests'):g})")  # fmt: skip
     return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line,
                      "which prefill's transfer failed cannot be told")
 
