@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from pytest_wedge.evidence.metric_names import (
     COUNTERS,
     GAUGES,
@@ -23,6 +21,7 @@ from pytest_wedge.evidence.metric_names import (
     exported_names,
     vocabulary,
 )
+from pytest_wedge.evidence.prometheus import parse_samples
 
 STUB_GAUGES = GAUGES
 # Cumulative engine counters (SGLang names without the ``_total`` suffix).
@@ -38,14 +37,9 @@ _PER_WORKER = {
 
 
 def families(text: str, names: tuple[str, ...]) -> list[tuple[str, dict[str, str], float]]:
-    """The samples of ``names`` only: the parser costs ~10 us a line and smg exposes hundreds
-    (every histogram bucket), while the probe parses several times a second."""
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith(names))
-    return [
-        (s.name, dict(s.labels), s.value)
-        for family in text_string_to_metric_families(wanted)
-        for s in family.samples
-    ]
+    """The samples of ``names`` only: smg exposes hundreds (every histogram bucket), while
+    the probe reads them several times a second."""
+    return parse_samples(text, names)
 
 
 def parse_stub_metrics(text: str) -> dict[str, float]:
