@@ -2,8 +2,8 @@
 off, measured side by side on one topology in one run.
 
 Each run is a 30-agent x 40-round harness through the router, with a fresh ``Wedge`` (so a
-probe-on run also pays for forking its sampler and for the link meter; the first probe of the
-process also starts the sampler's zygote, as a user's first test does). Runs alternate on/off
+probe-on run also pays for forking its sampler, which also meters the links; the first probe of
+the process also starts the sampler's zygote, as a user's first test does). Runs alternate on/off
 over ``PAIRS`` pairs, and which of a pair goes first alternates too, so drift on a noisy machine
 falls on both sides; the figure is the relative drop of the medians (target <= 2 %).
 
@@ -11,8 +11,8 @@ Throughput on a shared machine is noisy, so each run's CPU time is also measured
 every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
 the children this process reaped. ``probe_cpu_s_per_run`` is the difference of the on and off
 medians: what the probe costs in CPU-seconds, whoever pays it. ``probe_own_cpu_s_per_run``
-is the probe's own share, read directly: its sampler's and link meter's processes and its
-threads in this process (the servers' answers to it are in the first figure only).
+is the probe's own share, read directly: its sampler's process and its threads in this
+process (the servers' answers to it are in the first figure only).
 """
 
 from __future__ import annotations
@@ -59,16 +59,14 @@ def cpu_between(before: dict[int | str, float], after: dict[int | str, float]) -
 
 
 def probe_own_cpu_s(wedge: Wedge) -> float:
-    """CPU-seconds of the probe's own work so far: its sampler's and its link meter's
-    processes, and the probe's threads in this process (the first-sample thread, about 7 ms,
-    has ended by now and is not counted). Less noisy than a difference of two runs' totals."""
-    pids = [wedge.probe.pid if wedge.probe else None,
-            wedge.link_meter.pid if wedge.link_meter else None]  # fmt: skip
+    """CPU-seconds of the probe's own work so far: its sampler's process (which also meters the
+    links), and the probe's threads in this process (the first-sample thread, about 7 ms, has
+    ended by now and is not counted). Less noisy than a difference of two runs' totals."""
+    pid = wedge.probe.pid if wedge.probe else None
     total = 0.0
-    for pid in pids:
-        if pid is not None:
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
+    if pid is not None:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
     ours = {t.native_id for t in threading.enumerate()
             if t.name.startswith(("wedge-probe", "wedge-linkmeter"))}  # fmt: skip
     return total + sum(t.user_time + t.system_time for t in psutil.Process().threads()

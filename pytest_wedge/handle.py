@@ -58,10 +58,12 @@ class Wedge:
         self.probe: Probe | None = None
         self.link_meter: LinkMeter | None = None
         if probe_interval_s > 0:
-            self.probe = Probe(topology, interval_s=probe_interval_s).start()
+            self.probe = Probe(topology, interval_s=probe_interval_s, meter_links=True).start()
             # The timeline's link lanes: Toxiproxy's own counters move only when a connection
-            # closes, so the meter adds the open sockets' bytes (evidence/linkrates.py).
-            self.link_meter = LinkMeter(topology).start()
+            # closes, so the meter adds the open sockets' bytes (evidence/linkrates.py). The
+            # probe's sampler meters them when it runs from the start; else a thread here does.
+            source = self.probe.link_series if self.probe.meters_links else None
+            self.link_meter = LinkMeter(topology, source=source).start()
 
     # -- addresses ---------------------------------------------------------------------------
     @property

@@ -31,8 +31,8 @@ from pytest_wedge.runtime.forked import ForkedProcess
 
 PROGRAM = "pytest_wedge.evidence.zygote"
 MAX_MESSAGE = 65536
-# What the zygote can become: the probe's sampler, or the link meter's (evidence/zygote.py).
-PROGRAMS = ("sampler", "meter")
+# What the zygote can become (evidence/zygote.py): the probe's sampler.
+PROGRAMS = ("sampler",)
 
 # The zygote imports aiohttp and the evidence modules before its first answer: seconds on a
 # loaded CI machine, so a generous bound.
@@ -45,7 +45,7 @@ class ProbeError(WedgeError):
 
 
 class ForkedChild(ForkedProcess):
-    """A sampler (or meter) the zygote forked: ``pid``, ``poll()``, ``wait()`` and ``kill()``."""
+    """A sampler the zygote forked: ``pid``, ``poll()``, ``wait()`` and ``kill()``."""
 
     def __init__(self, pid: int, zygote: SamplerZygote) -> None:
         super().__init__(pid)

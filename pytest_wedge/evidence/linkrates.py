@@ -16,27 +16,19 @@ Per link and direction: ``upstream`` is what the link's client sent towards the 
 from __future__ import annotations
 
 import contextlib
-import json
-import pickle
 import re
-import select
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pytest_wedge.evidence.launch import ProbeError, fork_child, reap, zygote_warm
 from pytest_wedge.evidence.observe import link_bytes
-from pytest_wedge.evidence.sampler import read_frame
 from pytest_wedge.evidence.sockdiag import socket_bytes
-from pytest_wedge.evidence.target import ProbeTarget
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -50,6 +42,8 @@ _RECEIVED = re.compile(r"\bbytes_received:(\d+)")
 _ACKED = re.compile(r"\bbytes_acked:(\d+)")
 
 Totals = dict[str, dict[str, float]]  # link -> direction -> bytes so far
+# Asked with a timeout: (errors, series) so far, or None when the answer did not come.
+SeriesSource = Callable[[float], "tuple[int, list[tuple[float, Totals]]] | None"]
 
 
 @dataclass(frozen=True)
@@ -164,83 +158,28 @@ def rates_from_samples(samples: Iterable[Snapshot]) -> LinkRates:
     return rates(series, SOURCE_TOXIPROXY)
 
 
-class _MeterChild:
-    """The meter's sampling in a process forked by the zygote (``evidence/meter_program.py``):
-    the series crosses the pipe only when asked for."""
-
-    def __init__(self, topology: Topology, interval_s: float, maxlen: int) -> None:
-        config = {"target": ProbeTarget.of(topology).to_dict(), "interval_s": interval_s,
-                  "maxlen": maxlen}  # fmt: skip
-        # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
-        self._stderr = tempfile.TemporaryFile(prefix="wedge-meter-")  # noqa: SIM115 - close()
-        try:
-            self.process, self._stdin, self._stdout = fork_child("meter", self._stderr.fileno())
-        except ProbeError:
-            self._stderr.close()
-            raise
-        weakref.finalize(self, reap, self.process)
-        self._lock = threading.Lock()
-        # Far below a pipe's buffer; a child already gone answers nothing, which ask() handles.
-        with contextlib.suppress(BrokenPipeError):
-            self._stdin.write(json.dumps(config).encode() + b"\n")
-            self._stdin.flush()
-
-    def ask(self, timeout_s: float) -> tuple[int, list[tuple[float, Totals]]] | None:
-        """(errors, series) so far; None when the program does not answer."""
-        with self._lock:
-            try:
-                self._stdin.write(b"\n")
-                self._stdin.flush()
-                if not select.select([self._stdout], [], [], timeout_s)[0]:
-                    return None
-                frame = read_frame(self._stdout)
-            except (OSError, ValueError, EOFError, pickle.UnpicklingError):
-                return None
-        if frame is None or frame[0] != "series":
-            return None
-        return int(frame[1]), list(frame[2])
-
-    def close(self, timeout_s: float) -> None:
-        with contextlib.suppress(OSError):
-            self._stdin.close()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout_s)
-        self._stdout.close()
-        self._stderr.close()
-
-
 class LinkMeter:
     """``with LinkMeter(topology): ...`` samples every link's bytes every ``interval_s``;
     :meth:`rates` turns the series into :class:`LinkRates`.
 
-    The sampling runs in a process forked by the zygote (``evidence/zygote.py``), so the test
-    process pays nothing while the test runs: four reads a second in a thread here competed
-    with the harness for the GIL. ``in_process=True``, a zygote not up yet (the first test of a
-    process) and a zygote that cannot fork sample in a thread here instead.
+    With a ``source`` (the probe's sampler, which meters the links in its own process: see
+    ``evidence/sampler.py``), the test process pays nothing while the test runs and asks for
+    the series when it draws it. Without one (the first probe of a process waits for its
+    sampler's imports, and this meter samples from the start), it samples in a thread here.
     """
 
     def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000,
-                 in_process: bool = False) -> None:  # fmt: skip
+                 source: SeriesSource | None = None) -> None:  # fmt: skip
         self.topology = topology
         self.interval_s = interval_s
         self.maxlen = maxlen
-        self.in_process = in_process
         self.errors = 0
         self._ports = {link.listen_port: name for name, link in topology.links.items()}
         self._series: list[tuple[float, Totals]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._child: _MeterChild | None = None
-
-    @property
-    def pid(self) -> int | None:
-        """The meter's process while it runs (None when it samples in a thread here)."""
-        return self._child.process.pid if self._child is not None else None
+        self._source = source
 
     def closed_counters(self) -> dict[str, dict[str, float]]:
         """Toxiproxy's per-link counters (the closed connections' bytes)."""
@@ -266,8 +205,8 @@ class LinkMeter:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def _fetch(self, timeout_s: float = 5.0) -> None:
-        """The child's series and error count so far, kept here."""
-        answer = self._child.ask(timeout_s) if self._child is not None else None
+        """The source's series and error count so far, kept here."""
+        answer = self._source(timeout_s) if self._source is not None else None
         if answer is None:
             return  # it died or hung: what was fetched before stays (never the test's error)
         errors, series = answer
@@ -286,15 +225,7 @@ class LinkMeter:
         return rates(self.series(), source)
 
     def start(self) -> Self:
-        if self._thread is not None or self._child is not None:
-            return self
-        # Only from a zygote that is up: the first probe of a process is still waiting for its
-        # imports, and this meter samples from the start. A meter must never take the test
-        # down: without a child, it samples here.
-        if not self.in_process and zygote_warm():
-            with contextlib.suppress(ProbeError):
-                self._child = _MeterChild(self.topology, self.interval_s, self.maxlen)
-        if self._child is None:
+        if self._thread is None and self._source is None:
             self._thread = threading.Thread(target=self._run, name="wedge-linkmeter", daemon=True)
             self._thread.start()
         return self
@@ -303,10 +234,9 @@ class LinkMeter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        if self._child is not None:
+        if self._source is not None:
             self._fetch(timeout_s)  # the last series: rates() after the stop still draws it
-            self._child.close(timeout_s)
-            self._child = None
+            self._source = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -8,12 +8,14 @@ point of rates, and the slow sample from before a wedge is the start of the wind
 link traffic and router counters are compared.
 
 The sampling runs in its own process (``evidence/sampler.py``): in the test process it
-competed with the harness for the GIL. That process is forked from a pre-imported parent, the
-zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so a probe costs a fork, not
-an interpreter's imports. Here a reader thread, blocked on a pipe most of the
-time, unpickles each sample and adds to each slow one what only this process knows: the
-runtime's view of the components (paused, stopped, restarted). Samples keep their type,
-:class:`Snapshot`.
+competed with the harness for the GIL. With ``meter_links``, that process also meters every
+link's bytes for the timeline's link lanes (:meth:`Probe.link_series`, the source of a
+:class:`~pytest_wedge.evidence.linkrates.LinkMeter`). That process is forked from a
+pre-imported parent, the zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so
+a probe costs a fork, not an interpreter's imports. Here a reader thread, blocked on a pipe
+most of the time, unpickles each sample and adds to each slow one what only this process
+knows: the runtime's view of the components (paused, stopped, restarted). Samples keep their
+type, :class:`Snapshot`.
 """
 
 from __future__ import annotations
@@ -66,8 +68,13 @@ class Probe:
         maxlen: int = 3000,
         timeout_s: float = 0.2,
         slow_every: int = 5,
+        meter_links: bool = False,
     ) -> None:
         self.topology = topology
+        self.meter_links = meter_links
+        # Whether the sampler meters the links: only one forked at the start does (a first
+        # probe's sampler comes seconds late, and a meter must cover the whole test).
+        self.meters_links = False
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         # Stub states (per-origin tokens, queues) change every tick; the router's metrics and
@@ -89,6 +96,9 @@ class Probe:
         self._first = threading.Event()  # a frame arrived, or the sampler's output ended
         self._forked = threading.Event()  # the fork was answered (a PID or an error)
         self._stderr: IO[bytes] | None = None
+        self._ask_lock = threading.Lock()
+        self._series_answered = threading.Event()
+        self._series: tuple[int, list[Any]] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -107,11 +117,13 @@ class Probe:
     def start(self) -> Self:
         if self._reader is not None:
             return self
-        config = config_line(ProbeTarget.of(self.topology), self.interval_s, self.timeout_s,
-                             self.slow_every)  # fmt: skip
+        target = ProbeTarget.of(self.topology)
         # Unlinked at once: nothing is left in TMPDIR whatever happens to this process.
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
         if zygote_warm():
+            self.meters_links = self.meter_links
+            config = config_line(target, self.interval_s, self.timeout_s, self.slow_every,
+                                 links=self.meters_links)  # fmt: skip
             try:
                 self._fork(config)
             except ProbeError:
@@ -126,6 +138,7 @@ class Probe:
             return self
         # The first probe of a process waits for the zygote's imports (seconds on a loaded
         # machine): the reader thread waits for them, and one sample is taken here at once.
+        config = config_line(target, self.interval_s, self.timeout_s, self.slow_every)
         self._reader = threading.Thread(target=self._fork_then_read, args=(config,),
                                         name="wedge-probe", daemon=True)  # fmt: skip
         self._reader.start()
@@ -183,8 +196,10 @@ class Probe:
             if frame is None:
                 break
             self._receive(frame)
-            self._first.set()
+            if frame[0] != "series":  # a tick's frame, now kept
+                self._first.set()
         self._first.set()
+        self._series_answered.set()  # nothing more will answer: an asker must not wait
         code = process.wait()
         if not self._stopping:
             self.failure = ProbeError(
@@ -204,6 +219,10 @@ class Probe:
         self.last_error = text[:500]
 
     def _receive(self, frame: tuple[Any, ...]) -> None:
+        if frame[0] == "series":
+            self._series = (int(frame[1]), list(frame[2]))
+            self._series_answered.set()
+            return
         if frame[0] != "sample" or not isinstance(frame[2], Snapshot):
             self._count_error(str(frame[1]) if frame[0] == "error" else f"odd frame {frame[0]!r}")
             return
@@ -254,6 +273,29 @@ class Probe:
         if self.failure is not None and not self._failure_raised:
             self._failure_raised = True
             raise self.failure
+
+    def link_series(self, timeout_s: float = 5.0) -> tuple[int, list[Any]] | None:
+        """The sampler's link series so far and its error count, asked for now; None when it
+        does not meter the links or does not answer within ``timeout_s``."""
+        with self._ask_lock:
+            if not self.meters_links:
+                return None
+            self._forked.wait(FIRST_FORK_TIMEOUT_S)
+            stdin = self._stdin
+            if stdin is None or self._reader_done():
+                return None
+            self._series_answered.clear()
+            self._series = None
+            try:
+                stdin.write(b"\n")
+                stdin.flush()
+            except (OSError, ValueError):  # stopped, or the sampler is gone
+                return None
+            self._series_answered.wait(timeout_s)
+            return self._series
+
+    def _reader_done(self) -> bool:
+        return self._reader is not None and not self._reader.is_alive()
 
     # -- the samples -------------------------------------------------------------------------
 

@@ -7,9 +7,19 @@ of ``("error", text)`` for a tick that failed as a whole. Pickle, not JSON: the 
 probe that started this program, with the same code, and a pickle costs it a fraction of
 decoding JSON and rebuilding the dataclasses.
 
+With ``"links": true`` in its configuration it also meters every link's bytes (what
+:class:`~pytest_wedge.evidence.linkrates.LinkMeter` does in a thread) on each slow tick, from
+the Toxiproxy counters that tick reads anyway plus the kernel's count for open sockets. That
+series stays here until asked for: each further line on stdin is answered with one frame,
+``("series", errors, [(time, totals), ...])``, so the test process pays nothing for it while
+the test runs. One program, one clock: a meter of its own read Toxiproxy on a second clock and
+the kernel's socket table four times a second, and cost as much CPU as this whole program (the
+kernel walks its entire TCP hash table for each read, about 1.5 ms here however few sockets
+match).
+
 Why a program of its own: in the test process the sampling (HTTP fetches, Prometheus parsing)
 competed with the harness's event loop for the GIL, which cost the harness 12-20 % of its
-throughput. Here it has its own interpreter, and its fetches run on aiohttp in one event loop
+throughput. Here it has its own interpreter, and its fetches run in one event loop
 (``evidence/async_fetch.py``).
 
 It never outlives the test process: it exits when its stdin reaches end of file, which happens
@@ -20,6 +30,7 @@ stdout is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -28,6 +39,7 @@ import struct
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
@@ -35,6 +47,7 @@ import aiohttp
 
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
+from pytest_wedge.evidence.linkrates import Totals, add_counters, open_socket_bytes
 from pytest_wedge.evidence.observe import Jobs, observed_jobs
 from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
 from pytest_wedge.evidence.target import ProbeTarget, TargetTopology
@@ -46,6 +59,9 @@ PROGRAM = "pytest_wedge.evidence.sampler"
 FRAME_HEAD = struct.Struct(">I")
 # Exit code for a bad first line (the probe and the sampler disagree on the protocol).
 BAD_CONFIG = 2
+# The job reading Toxiproxy's per-link counters (``observe.observed_jobs`` names it so too).
+LINK_JOB = "link traffic"
+LINK_SERIES_MAXLEN = 4000
 
 
 def _jobs(topology: Topology, timeout_s: float, *, slow: bool, components: bool
@@ -84,15 +100,48 @@ def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, 
 
 async def sample_async(topology: Topology, session: aiohttp.ClientSession,
                        timeout_s: float, *, slow: bool) -> Snapshot:  # fmt: skip
-    """One sample as the sampler takes it: the same jobs on aiohttp, no runtime view."""
+    """One sample as the sampler takes it: the same jobs on one event loop, no runtime view."""
     started = time.time()
     jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=False)
     return _snapshot(topology, started, *await async_fetch.gather(session, jobs, timeouts))
 
 
-def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_every: int) -> bytes:
+def closed_counters(snapshot: Snapshot) -> dict[str, dict[str, float]] | None:
+    """Toxiproxy's per-link counters a slow sample read; None when they did not answer."""
+    if snapshot.observed is None or LINK_JOB in snapshot.unanswered:
+        return None
+    return snapshot.observed.traffic
+
+
+class LinkSeries:
+    """Every link's bytes so far (Toxiproxy's closed connections plus the kernel's open ones),
+    one point per slow tick, bounded."""
+
+    def __init__(self, topology: Topology, maxlen: int) -> None:
+        self.ports = {link.listen_port: name for name, link in topology.links.items()}
+        self.points: deque[tuple[float, Totals]] = deque(maxlen=maxlen)
+        self.errors = 0
+
+    def add(self, closed: dict[str, dict[str, float]] | None) -> None:
+        """A point from Toxiproxy's counters just read (None: they did not answer)."""
+        if closed is None:
+            self.errors += 1
+            return
+        try:
+            live = open_socket_bytes(self.ports)
+        except Exception:  # a meter must never end the sampler; count and go on
+            self.errors += 1
+            return
+        self.points.append((time.time(), add_counters(closed, live)))
+
+    def frame(self) -> tuple[Any, ...]:
+        return ("series", self.errors, list(self.points))
+
+
+def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_every: int,
+                *, links: bool = False) -> bytes:  # fmt: skip
     config = {"target": target.to_dict(), "interval_s": interval_s, "timeout_s": timeout_s,
-              "slow_every": slow_every}  # fmt: skip
+              "slow_every": slow_every, "links": links}  # fmt: skip
     return json.dumps(config).encode() + b"\n"
 
 
@@ -112,27 +161,41 @@ def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
     out.flush()
 
 
-def _exit_at_end_of_input(stdin: BinaryIO) -> None:
-    # Nothing more is ever sent: end of file means the probe stopped or its process is gone.
-    while stdin.read(4096):
-        pass
+def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop,
+                     answer: Any) -> None:  # fmt: skip
+    """Each line asks for the link series, written by the event loop between ticks (so frames
+    never interleave). End of file: the probe stopped or its process is gone."""
+    while stdin.readline():
+        with contextlib.suppress(RuntimeError):  # the loop is closing: the program ends anyway
+            loop.call_soon_threadsafe(answer)
     os._exit(0)
 
 
-async def _run(config: dict[str, Any], out: BinaryIO) -> None:
+async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
     topology = TargetTopology(ProbeTarget.from_dict(config["target"])).as_topology()
     interval_s, timeout_s = float(config["interval_s"]), float(config["timeout_s"])
     slow_every = max(1, int(config["slow_every"]))
+    links = LinkSeries(topology, int(config.get("link_maxlen", LINK_SERIES_MAXLEN)))
+    metered = bool(config.get("links", False)) and bool(links.ports)
+
+    def answer() -> None:
+        with contextlib.suppress(BrokenPipeError):  # the probe is gone: the next tick ends us
+            write_frame(out, links.frame())
+
+    threading.Thread(target=_answer_requests, args=(stdin, asyncio.get_running_loop(), answer),
+                     daemon=True).start()  # fmt: skip
     async with async_fetch.new_session() as session:
         for tick in itertools.count():  # until end of input or a closed stdout ends the program
             started = time.monotonic()
             slow = tick % slow_every == 0
             frame: tuple[Any, ...]
             try:
-                frame = ("sample", slow, await sample_async(topology, session, timeout_s,
-                                                            slow=slow))  # fmt: skip
+                snapshot = await sample_async(topology, session, timeout_s, slow=slow)
+                frame = ("sample", slow, snapshot)
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
-                frame = ("error", f"{type(exc).__name__}: {exc}"[:500])
+                frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None
+            if metered and slow:
+                links.add(closed_counters(snapshot) if snapshot is not None else None)
             write_frame(out, frame)
             await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
@@ -149,9 +212,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         print(f"pytest-wedge sampler: the first line on stdin is not a probe configuration "
               f"({type(exc).__name__}: {exc}): {line[:200]!r}", file=sys.stderr)  # fmt: skip
         return BAD_CONFIG
-    threading.Thread(target=_exit_at_end_of_input, args=(stdin,), daemon=True).start()
     try:
-        asyncio.run(_run(config, stdout))
+        asyncio.run(_run(config, stdin, stdout))
     except BrokenPipeError:  # the probe closed its end: nobody is listening any more
         os._exit(0)
     return 0

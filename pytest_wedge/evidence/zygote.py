@@ -15,8 +15,8 @@ so file descriptors never mix between requests). Requests, JSON:
 
 - ``{"id": 1, "program": "sampler"}`` with three descriptors (``socket.send_fds``): the child's
   stdin, stdout and stderr. Answer ``{"id": 1, "pid": 4242}`` or ``{"id": 1, "error": "..."}``.
-  ``program`` is ``sampler`` (the probe's, ``evidence/sampler.py``) or ``meter`` (the link
-  meter's, ``evidence/meter_program.py``).
+  ``program`` is ``sampler`` (the probe's, ``evidence/sampler.py``, which also meters the
+  links), the one program there is; the field leaves room for others.
 - ``{"kill": 4242}``: SIGKILL to a sampler this program forked and has not reaped (so never to
   a reused PID).
 
@@ -43,10 +43,10 @@ import traceback
 from typing import Any, NoReturn
 
 # What every child shares: aiohttp, the parsers, the snapshot functions.
-from pytest_wedge.evidence import meter_program, sampler
+from pytest_wedge.evidence import sampler
 from pytest_wedge.evidence.launch import MAX_MESSAGE
 
-SERVE = {"sampler": sampler.serve, "meter": meter_program.serve}
+SERVE = {"sampler": sampler.serve}
 SAMPLER_FDS = 3  # stdin, stdout, stderr
 _PR_SET_PDEATHSIG = 1
 

@@ -1,17 +1,20 @@
-"""The link meter samples in a process forked by the zygote: its series reaches the test process
-only when asked for, it survives its stop for the timeline, and a lost meter is never the
-test's error."""
+"""The links are metered by the probe's sampler, in its own process: the series reaches the test
+process only when asked for, it survives the stop for the timeline, and a lost sampler is never
+the meter's error. Without a sampler from the start, a thread here meters them."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import statistics
 
 import psutil
 import pytest
 
 from pytest_wedge.evidence import launch
 from pytest_wedge.evidence.linkrates import LinkMeter
+from pytest_wedge.evidence.probe import Probe, ProbeError
 from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,44 +27,58 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _child_pid(meter: LinkMeter) -> int:
-    assert meter.pid is not None, "the meter samples in a thread: the zygote did not fork it"
-    return meter.pid
+def _metering_probe(wedge) -> Probe:
+    if not launch.zygote_warm():  # a first probe waits for the zygote's imports
+        first = Probe(wedge.topology, interval_s=0.1).start()
+        assert first.pid is not None
+        first.stop()
+    probe = Probe(wedge.topology, interval_s=0.1, meter_links=True).start()
+    assert probe.meters_links, "the sampler was not forked at the start"
+    return probe
 
 
-def test_the_meter_samples_in_a_forked_process_and_keeps_its_series_after_stop(wedge):
-    meter = LinkMeter(wedge.topology, interval_s=0.1).start()
-    pid = _child_pid(meter)
-    assert psutil.Process(pid).ppid() == launch.shared_zygote().proc.pid
+def test_the_sampler_meters_the_links_and_the_series_outlives_the_stop(wedge):
+    probe = _metering_probe(wedge)
+    meter = LinkMeter(wedge.topology, source=probe.link_series).start()
     assert meter._thread is None  # nothing samples in this process
-    harness = wedge.harness(agents=4, rounds=5)
-    assert harness.wait(60)
-    # The router's connections to the workers stay open: their bytes are the kernel's.
-    series = wait_for(lambda: (s := meter.series()) and s[-1][1].get("router->decode-0", {})
-                      .get("downstream", 0) > 0 and s, timeout_s=10,
-                      what="a point with bytes on router->decode-0")  # fmt: skip
-    assert [t for t, _ in series] == sorted(t for t, _ in series)
-    assert set(series[-1][1]) <= set(wedge.topology.links)
-    meter.stop()
-    assert _gone(pid)
-    kept = meter.series()
-    assert len(kept) >= len(series)
+    try:
+        assert psutil.Process(probe.pid).ppid() == launch.shared_zygote().proc.pid
+        harness = wedge.harness(agents=4, rounds=5)
+        assert harness.wait(60)
+        # The router's connections to the workers stay open: their bytes are the kernel's.
+        series = wait_for(lambda: (s := meter.series()) and len(s) >= 3
+                          and s[-1][1].get("router->decode-0", {}).get("downstream", 0) > 0
+                          and s, timeout_s=10,
+                          what="3 points, the last with bytes on router->decode-0")  # fmt: skip
+        times = [t for t, _ in series]
+        assert times == sorted(times)
+        # One point per slow tick (every 5th of 0.1 s), never one per fast tick.
+        assert 0.3 <= statistics.median(b - a for a, b in itertools.pairwise(times)) < 1.0
+        assert set(series[-1][1]) <= set(wedge.topology.links)
+        meter.stop()
+    finally:
+        probe.stop()
+    assert len(meter.series()) >= len(series)
     assert "router->decode-0" in meter.rates().spans
 
 
-def test_a_lost_meter_keeps_what_it_had_and_is_never_the_tests_error(wedge):
-    meter = LinkMeter(wedge.topology, interval_s=0.1).start()
-    pid = _child_pid(meter)
+def test_a_lost_sampler_keeps_the_series_fetched_and_is_never_the_meters_error(wedge):
+    probe = _metering_probe(wedge)
+    meter = LinkMeter(wedge.topology, source=probe.link_series).start()
     wait_for(lambda: len(meter.series()) >= 3, timeout_s=10, what="3 meter points")
     fetched = len(meter.series())
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: _gone(pid), timeout_s=10, what="the meter's process to end")
+    assert probe.pid is not None
+    os.kill(probe.pid, signal.SIGKILL)
+    wait_for(lambda: _gone(probe.pid), timeout_s=10, what="the sampler's process to end")
+    assert probe.link_series(1.0) is None
     assert len(meter.series()) >= fetched  # the last fetched series stays
     meter.stop()  # quiet
     assert len(meter.series()) >= fetched
+    with pytest.raises(ProbeError):  # the probe, not the meter, reports the lost sampler
+        probe.stop()
 
 
-def test_in_process_samples_in_a_thread(wedge):
-    with LinkMeter(wedge.topology, interval_s=0.1, in_process=True) as meter:
-        assert meter._child is None and meter._thread is not None
+def test_without_a_source_a_thread_here_meters_the_links(wedge):
+    with LinkMeter(wedge.topology, interval_s=0.1) as meter:
+        assert meter._thread is not None
         wait_for(lambda: len(meter.series()) >= 2, timeout_s=10, what="2 meter points")
