@@ -43,8 +43,6 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-import aiohttp
-
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
 from pytest_wedge.evidence.linkrates import Totals, add_counters, open_socket_bytes
@@ -98,7 +96,7 @@ def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, 
     return _snapshot(topology, started, *gather(jobs, timeouts, pool))
 
 
-async def sample_async(topology: Topology, session: aiohttp.ClientSession,
+async def sample_async(topology: Topology, session: async_fetch.Session,
                        timeout_s: float, *, slow: bool) -> Snapshot:  # fmt: skip
     """One sample as the sampler takes it: the same jobs on one event loop, no runtime view."""
     started = time.time()
