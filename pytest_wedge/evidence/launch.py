@@ -34,7 +34,7 @@ MAX_MESSAGE = 65536
 # What the zygote can become (evidence/zygote.py): the probe's sampler.
 PROGRAMS = ("sampler",)
 
-# The zygote imports aiohttp and the evidence modules before its first answer: seconds on a
+# The zygote imports the evidence modules before its first answer: seconds on a
 # loaded CI machine, so a generous bound.
 FIRST_FORK_TIMEOUT_S = 60.0
 LOG_TAIL_BYTES = 4000
@@ -128,7 +128,7 @@ class SamplerZygote:
                    "command": f"{sys.executable} -m {PROGRAM}"},
             log_tail=self.log_tail(),
             fix="the log tail says why; check that this Python can run "
-            f"`python -m {PROGRAM}` (it imports aiohttp and the evidence modules)",
+            f"`python -m {PROGRAM}` (it imports the evidence modules)",
         )  # fmt: skip
 
     def log_tail(self) -> str:

@@ -42,7 +42,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-# What every child shares: aiohttp, the parsers, the snapshot functions.
+# What every child shares: the HTTP client, the parsers, the snapshot functions.
 from pytest_wedge.evidence import sampler
 from pytest_wedge.evidence.launch import MAX_MESSAGE
 
