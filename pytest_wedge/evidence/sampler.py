@@ -48,6 +48,7 @@ from pytest_wedge.evidence.fetch import gather
 from pytest_wedge.evidence.linkrates import Totals, add_counters, open_socket_bytes
 from pytest_wedge.evidence.observe import Jobs, observed_jobs
 from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
+from pytest_wedge.evidence.state_stream import StateStreams
 from pytest_wedge.evidence.target import ProbeTarget, TargetTopology
 
 if TYPE_CHECKING:
@@ -96,12 +97,20 @@ def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, 
     return _snapshot(topology, started, *gather(jobs, timeouts, pool))
 
 
-async def sample_async(topology: Topology, session: async_fetch.Session,
-                       timeout_s: float, *, slow: bool) -> Snapshot:  # fmt: skip
-    """One sample as the sampler takes it: the same jobs on one event loop, no runtime view."""
+async def sample_async(topology: Topology, session: async_fetch.Session, timeout_s: float,
+                       *, slow: bool, streams: StateStreams | None = None) -> Snapshot:  # fmt: skip
+    """One sample as the sampler takes it: the same jobs on one event loop, no runtime view.
+    With ``streams``, a fast sample takes the stubs' states from their streams instead of
+    asking for them."""
     started = time.time()
     jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=False)
-    return _snapshot(topology, started, *await async_fetch.gather(session, jobs, timeouts))
+    streamed: tuple[dict[str, Any], dict[str, str]] = ({}, {})
+    if streams is not None and not slow:
+        for name in streams.stubs:
+            jobs.pop(f"{name} state", None)
+        streamed = streams.states()
+    results, failed = await async_fetch.gather(session, jobs, timeouts)
+    return _snapshot(topology, started, results | streamed[0], failed | streamed[1])
 
 
 def closed_counters(snapshot: Snapshot) -> dict[str, dict[str, float]] | None:
@@ -182,13 +191,17 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
 
     threading.Thread(target=_answer_requests, args=(stdin, asyncio.get_running_loop(), answer),
                      daemon=True).start()  # fmt: skip
+    streams = StateStreams({name: stub.base_url for name, stub in topology.stubs.items()},
+                           interval_s, timeout_s)  # fmt: skip
     async with async_fetch.new_session() as session:
         for tick in itertools.count():  # until end of input or a closed stdout ends the program
             started = time.monotonic()
             slow = tick % slow_every == 0
+            streams.tick()
             frame: tuple[Any, ...]
             try:
-                snapshot = await sample_async(topology, session, timeout_s, slow=slow)
+                snapshot = await sample_async(topology, session, timeout_s, slow=slow,
+                                              streams=streams)  # fmt: skip
                 frame = ("sample", slow, snapshot)
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None
