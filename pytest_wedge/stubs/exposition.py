@@ -1,12 +1,21 @@
-"""Prometheus text under SGLang's metric names, computed from engine state at scrape time."""
+"""Prometheus text under SGLang's metric names, computed from engine state at scrape time.
+
+``/metrics`` is served by :class:`Exposition`: the text ``generate_latest`` makes of the
+collectors, byte for byte (tests/unit/test_stub_exposition.py), with everything but the values
+prepared once per engine. The probe scrapes every stub twice a second, and building the metric
+families and walking them generically cost most of a scrape's CPU. The collectors stay as the
+reference the fast text is checked against.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from .engine import Engine
 
@@ -99,3 +108,65 @@ def make_registry(engine: Engine) -> CollectorRegistry:
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+# -- the served text -------------------------------------------------------------------------
+
+# prometheus-client's own float formatting (Go's), so the text cannot drift from its; untyped there.
+_float_text: Callable[[float], str] = floatToGoString
+
+
+def header(name: str, doc: str, kind: str) -> str:
+    """A family's HELP and TYPE lines, as ``generate_latest`` writes them (a counter's family
+    is exposed under ``_total``)."""
+    exposed = escape_metric_name(f"{name}_total" if kind == "counter" else name)
+    doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {exposed} {doc}\n# TYPE {exposed} {kind}\n"
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def sample_prefix(name: str, labels: Mapping[str, str]) -> str:
+    """A sample's line up to its value: labels sorted by name and escaped as
+    ``generate_latest`` does (backslash, newline, double quote)."""
+    pairs = ",".join(f'{escape_label_name(k)}="{_label_value(v)}"'
+                     for k, v in sorted(labels.items()))  # fmt: skip
+    return f"{escape_metric_name(name)}{{{pairs}}} " if pairs else f"{escape_metric_name(name)} "
+
+
+class Exposition:
+    """One engine's ``/metrics`` text: ``lines`` are each sample's text before its value (with
+    its family's header before a family's first sample), ``values`` gives the values in the
+    same order at each scrape."""
+
+    __slots__ = ("_lines", "_values")
+
+    def __init__(self, lines: Sequence[str], values: Callable[[], Iterable[float]]) -> None:
+        self._lines = tuple(lines)
+        self._values = values
+
+    def render(self) -> bytes:
+        pairs = zip(self._lines, self._values(), strict=True)
+        return "".join([f"{line}{_float_text(value)}\n" for line, value in pairs]).encode()
+
+
+def exposition(engine: Engine) -> Exposition:
+    cfg = engine.config
+    labels = dict(zip(LABELS, (cfg.model, cfg.role, "0", "0"), strict=True))
+    # In the collector's order: the value functions' keys.
+    lines = [
+        header(f"sglang:{name}", GAUGES[name], "gauge") + sample_prefix(f"sglang:{name}", labels)
+        for name in gauge_values(engine)
+    ]
+    lines += [
+        header(f"sglang:{name}", COUNTERS[name], "counter")
+        + sample_prefix(f"sglang:{name}_total", labels)
+        for name in counter_values(engine)
+    ]
+
+    def values() -> list[float]:
+        return [*gauge_values(engine).values(), *counter_values(engine).values()]
+
+    return Exposition(lines, values)

@@ -12,19 +12,18 @@ import sys
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from . import decode, prefill, vllm, vllm_metrics
 from .config import StubConfig
 from .control import add_control_routes
 from .engine import ENGINE, Engine
-from .exposition import make_registry, render
+from .exposition import Exposition, exposition
 from .textgen import PATHS, BadRequest, parse_request
 from .wire import send_error
 
 log = logging.getLogger("pytest_wedge.stubs")
 KV: web.AppKey[decode.KvClient] = web.AppKey("kv", decode.KvClient)
-REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
+METRICS: web.AppKey[Exposition] = web.AppKey("metrics", Exposition)
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -93,7 +92,7 @@ async def model_info(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = render(request.app[REGISTRY])
+    body = request.app[METRICS].render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
@@ -147,7 +146,7 @@ def make_app(engine: Engine) -> web.Application:
     app[ENGINE] = engine
     cfg = engine.config
     vllm_like = cfg.protocol == "vllm"
-    app[REGISTRY] = vllm_metrics.make_registry(engine) if vllm_like else make_registry(engine)
+    app[METRICS] = vllm_metrics.exposition(engine) if vllm_like else exposition(engine)
     if engine.config.role == "decode":
         kv = decode.KvClient(engine)
         app[KV] = kv

@@ -27,8 +27,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .engine import Engine
+from .exposition import Exposition, header, sample_prefix
 
 LABELS = ("model_name", "engine")
+WAITING_BY_REASON = ("vllm:num_requests_waiting_by_reason",
+                     "Number of requests waiting, by reason.")  # fmt: skip
+SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
 
 
 def waiting(engine: Engine) -> tuple[float, float]:
@@ -78,9 +82,7 @@ class VllmCollector(Collector):
             g = GaugeMetricFamily(f"vllm:{name}", doc, labels=LABELS)
             g.add_metric(labels, float(value))
             yield g
-        why = GaugeMetricFamily("vllm:num_requests_waiting_by_reason",
-                                "Number of requests waiting, by reason.",
-                                labels=(*LABELS, "reason"))  # fmt: skip
+        why = GaugeMetricFamily(*WAITING_BY_REASON, labels=(*LABELS, "reason"))
         capacity, deferred = waiting(engine)
         why.add_metric([*labels, "capacity"], capacity)
         why.add_metric([*labels, "deferred"], deferred)
@@ -89,8 +91,7 @@ class VllmCollector(Collector):
             c = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
             c.add_metric(labels, float(value))
             yield c
-        done = CounterMetricFamily("vllm:request_success", "Count of successfully processed "
-                                   "requests.", labels=(*LABELS, "finished_reason"))  # fmt: skip
+        done = CounterMetricFamily(*SUCCESS, labels=(*LABELS, "finished_reason"))
         done.add_metric([*labels, "length"], float(engine.ledger.count("ok")))
         done.add_metric([*labels, "abort"], float(engine.counters.aborted))
         yield done
@@ -100,3 +101,27 @@ def make_registry(engine: Engine) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(VllmCollector(engine))
     return registry
+
+
+def exposition(engine: Engine) -> Exposition:
+    """The served text: :class:`VllmCollector`'s, byte for byte, without building families."""
+    labels = {"model_name": engine.config.model, "engine": "0"}
+    lines = [header(f"vllm:{name}", doc, "gauge") + sample_prefix(f"vllm:{name}", labels)
+             for name, (doc, _) in gauges(engine).items()]  # fmt: skip
+    why = WAITING_BY_REASON[0]
+    lines += [header(*WAITING_BY_REASON, "gauge")
+              + sample_prefix(why, {**labels, "reason": "capacity"}),
+              sample_prefix(why, {**labels, "reason": "deferred"})]  # fmt: skip
+    lines += [header(f"vllm:{name}", doc, "counter") + sample_prefix(f"vllm:{name}_total", labels)
+              for name, (doc, _) in counters(engine).items()]  # fmt: skip
+    done = SUCCESS[0]
+    lines += [header(*SUCCESS, "counter")
+              + sample_prefix(f"{done}_total", {**labels, "finished_reason": "length"}),
+              sample_prefix(f"{done}_total", {**labels, "finished_reason": "abort"})]  # fmt: skip
+
+    def values() -> list[float]:
+        return [*(value for _, value in gauges(engine).values()), *waiting(engine),
+                *(value for _, value in counters(engine).values()),
+                engine.ledger.count("ok"), engine.counters.aborted]  # fmt: skip
+
+    return Exposition(lines, values)
