@@ -3,7 +3,8 @@
 ``python -m pytest_wedge.evidence.sampler`` reads one JSON line on stdin (the
 :class:`~pytest_wedge.evidence.target.ProbeTarget` and the timing), then writes one frame per
 tick on stdout: a 4-byte big-endian length and a pickle of ``("sample", slow, Snapshot)``, or
-of ``("error", text)`` for a tick that failed as a whole. Pickle, not JSON: the reader is the
+of ``("error", text)`` for a tick that failed as a whole. A slow tick's frame goes out at once,
+a fast tick's with the next slow one (:class:`Outbox`). Pickle, not JSON: the reader is the
 probe that started this program, with the same code, and a pickle costs it a fraction of
 decoding JSON and rebuilding the dataclasses.
 
@@ -162,19 +163,54 @@ def read_frame(stream: IO[bytes]) -> tuple[Any, ...] | None:
     return frame if isinstance(frame, tuple) else ("error", f"not a frame: {frame!r}"[:200])
 
 
-def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
+def frame_bytes(frame: tuple[Any, ...]) -> bytes:
     body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(FRAME_HEAD.pack(len(body)) + body)
+    return FRAME_HEAD.pack(len(body)) + body
+
+
+def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
+    out.write(frame_bytes(frame))
     out.flush()
 
 
-def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop,
-                     answer: Any) -> None:  # fmt: skip
+# At the end of input, how long the last frames may take to go out before the program ends
+# anyway (a tick may be waiting for a fetch).
+FLUSH_AT_END_S = 1.0
+
+
+class Outbox:
+    """The frames of fast ticks wait here and go out with the next slow tick's, in one write:
+    the probe's reader wakes twice a second, not ten times, in the test process (where each
+    wake-up takes the interpreter lock from the harness). Nothing reads fast samples while a
+    test runs; slow ones go out at once."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.pending: list[bytes] = []
+
+    def put(self, frame: tuple[Any, ...], *, now: bool) -> None:
+        self.pending.append(frame_bytes(frame))
+        if now:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            data, self.pending = b"".join(self.pending), []
+            self.out.write(data)
+            self.out.flush()
+
+
+def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, answer: Any,
+                     last_words: Any) -> None:  # fmt: skip
     """Each line asks for the link series, written by the event loop between ticks (so frames
-    never interleave). End of file: the probe stopped or its process is gone."""
+    never interleave). End of file: the probe stopped or its process is gone; the frames still
+    waiting go out (if anyone still reads them), then the program ends."""
     while stdin.readline():
         with contextlib.suppress(RuntimeError):  # the loop is closing: the program ends anyway
             loop.call_soon_threadsafe(answer)
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(last_words)
+    time.sleep(FLUSH_AT_END_S)
     os._exit(0)
 
 
@@ -184,12 +220,19 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
     slow_every = max(1, int(config["slow_every"]))
     links = LinkSeries(topology, int(config.get("link_maxlen", LINK_SERIES_MAXLEN)))
     metered = bool(config.get("links", False)) and bool(links.ports)
+    outbox = Outbox(out)
 
     def answer() -> None:
         with contextlib.suppress(BrokenPipeError):  # the probe is gone: the next tick ends us
-            write_frame(out, links.frame())
+            outbox.put(links.frame(), now=True)
 
-    threading.Thread(target=_answer_requests, args=(stdin, asyncio.get_running_loop(), answer),
+    def last_words() -> None:
+        with contextlib.suppress(OSError):
+            outbox.flush()
+        os._exit(0)
+
+    loop = asyncio.get_running_loop()
+    threading.Thread(target=_answer_requests, args=(stdin, loop, answer, last_words),
                      daemon=True).start()  # fmt: skip
     streams = StateStreams({name: stub.base_url for name, stub in topology.stubs.items()},
                            interval_s, timeout_s)  # fmt: skip
@@ -207,7 +250,7 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
                 frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None
             if metered and slow:
                 links.add(closed_counters(snapshot) if snapshot is not None else None)
-            write_frame(out, frame)
+            outbox.put(frame, now=slow)
             await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
 

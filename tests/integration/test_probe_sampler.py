@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from pytest_wedge.evidence.probe import Probe, ProbeError
+from pytest_wedge.evidence.sampler import config_line, read_frame
 from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.evidence.target import ProbeTarget
 from pytest_wedge.faults import Pause
@@ -149,3 +150,28 @@ def test_a_bad_configuration_line_is_refused_with_the_reason():
                           input=b"not json\n", capture_output=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert b"the first line on stdin is not a probe configuration" in done.stderr
+
+
+def test_fast_frames_wait_for_a_slow_one_and_go_out_at_the_end_of_input(wedge):
+    """Only the first tick is slow here: every later frame waits in the sampler until its
+    input ends, and none of them is lost then."""
+    target = ProbeTarget.of(wedge.topology)
+    sampler = subprocess.Popen([sys.executable, "-m", "pytest_wedge.evidence.sampler"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert sampler.stdin is not None and sampler.stdout is not None
+    try:
+        sampler.stdin.write(config_line(target, 0.05, 0.2, 1000))
+        sampler.stdin.flush()
+        first = read_frame(sampler.stdout)
+        assert first is not None and first[:2] == ("sample", True)
+        time.sleep(0.5)  # time for about ten fast ticks at 0.05 s
+        sampler.stdin.close()
+        rest = []
+        while (frame := read_frame(sampler.stdout)) is not None:
+            rest.append(frame)
+    finally:
+        sampler.kill()
+        sampler.wait(10)
+    assert len(rest) >= 2 and all(frame[:2] == ("sample", False) for frame in rest)
+    times = [first[2].taken_at, *(frame[2].taken_at for frame in rest)]
+    assert times == sorted(times)
