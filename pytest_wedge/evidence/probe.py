@@ -88,7 +88,10 @@ class Probe:
         self.last_error: str | None = None
         self.failure: ProbeError | None = None
         self._failure_raised = False
-        self._stopping = False
+        # What stop() did, set before it does it: a sampler's exit is the probe's doing only
+        # when its input was closed first (it then exits 0), or when stop() killed it.
+        self._input_closed = False
+        self._killed = False
         self._process: ForkedChild | None = None
         self._stdin: IO[bytes] | None = None
         self._stdout: IO[bytes] | None = None
@@ -201,7 +204,9 @@ class Probe:
         self._first.set()
         self._series_answered.set()  # nothing more will answer: an asker must not wait
         code = process.wait()
-        if not self._stopping:
+        # Judged by the exit itself, not by whether stop() saw it still running: the zygote
+        # reports a death a moment after it happens, so that look would race with it.
+        if not self._input_closed or (code != 0 and not self._killed):
             self.failure = ProbeError(
                 "The probe's sampler exited while the test ran; samples stopped there",
                 facts={
@@ -253,15 +258,15 @@ class Probe:
         if self._reader is not None:  # a first probe's fork may still wait for the zygote
             self._forked.wait(FIRST_FORK_TIMEOUT_S)
         process = self._process
-        # A sampler already gone when the stop comes died under the test: the reader reports it.
-        self._stopping = process is not None and process.poll() is None
         if process is not None:
+            self._input_closed = True
             if self._stdin is not None:
                 with contextlib.suppress(OSError):
                     self._stdin.close()
             try:
                 process.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                self._killed = True
                 process.kill()
                 process.wait(timeout_s)
             if self._reader is not None:
