@@ -46,8 +46,10 @@ matrix: install
 
 # The test suite, with a private dockerd for the docker-runtime tests (started and stopped
 # here; WEDGE_DOCKER=0 skips Docker). pytest's exit 5 (nothing collected) is a failure.
+# Two xdist workers: most tests wait on servers, not on the CPU (TEST_WORKERS=0: one process).
+TEST_WORKERS ?= 2
 test: install system-deps lint
-	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; exit $$rc
 
 docker-up:
