@@ -12,6 +12,8 @@ work takes 7 ms per request in one minute and 12 in the next), far more than the
 the two runs of a pair are adjacent in time, so a drift falls on both, and the median sets
 aside the pairs a step in speed cut in two. ``probe_overhead_pct_of_medians`` is the drop of
 the on and off medians, the same figure without pairing, for comparison.
+``probe_overhead_pct_stderr`` is the figure's standard error: the pairs' drops spread by about
+7 points on this machine, so with 20 pairs the median is known to about 2 points.
 
 Throughput on a shared machine is noisy, so each run's CPU time is also measured: this process,
 every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
@@ -23,6 +25,7 @@ process (the servers' answers to it are in the first figure only).
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import tempfile
@@ -121,8 +124,14 @@ def main() -> None:
     report("harness_requests_per_s_probe_off", off_median, off_rates)
     report("harness_requests_per_s_probe_on", on_median, on_rates)
     report("probe_overhead_pct", statistics.median(drops), drops)
+    # Its resolution: the standard error of a median of n normal draws is about 1.25 SD/sqrt(n).
+    report("probe_overhead_pct_stderr", 1.2533 * statistics.stdev(drops) / math.sqrt(len(drops)))
     report("probe_overhead_pct_of_medians", 100.0 * (off_median - on_median) / off_median)
     report("harness_cpu_s_probe_off", statistics.median(off_cpu), off_cpu)
     report("harness_cpu_s_probe_on", statistics.median(on_cpu), on_cpu)
     report("probe_cpu_s_per_run", statistics.median(on_cpu) - statistics.median(off_cpu))
     report("probe_own_cpu_s_per_run", statistics.median(own), own)
+    # The probe's own share of each probe-on run's CPU, read within the run: a drift of the
+    # machine's speed falls on both terms, so this needs no pairing.
+    shares = [100.0 * o / c for o, c in zip(own, on_cpu, strict=True)]
+    report("probe_own_cpu_share_pct", statistics.median(shares), shares)
