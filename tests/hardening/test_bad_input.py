@@ -167,8 +167,8 @@ MINIMAL = 'name = "x"\nsummary = "y"\n[expect]\nlocated_at = "router"\n'
             "a finite number of seconds >= 0",
         ),
         (
-            "[[faults]]\nkind = 'Latency'\nlink = 'router->decode-9'\nlatency_ms = 5",
-            "faults[0].link",
+            "[[faults]]\nkind = 'Latency'\ntarget = 'router->decode-9'\nlatency_ms = 5",
+            "faults[0].target",
             "a component or link of this topology",
         ),
         (
@@ -190,6 +190,20 @@ def test_each_found_mistake_names_its_key(
         load_scenario(path)
     text = str(info.value)
     assert f"key: {key}" in text and expected in text, text
+
+
+def test_a_mistake_under_a_deprecated_spelling_names_the_key_as_written(tmp_path: Path) -> None:
+    head, _, expect = MINIMAL.partition("[expect]")
+    extra = "[[faults]]\nkind = 'Latency'\nlink = 'router->decode-9'\nlatency_ms = 5"
+    path = tmp_path / "s.toml"
+    path.write_text(f"{head}{extra}\n[expect]{expect}")
+    with (
+        pytest.warns(DeprecationWarning, match=r"link=\.\.\.\) is deprecated"),
+        pytest.raises(ConfigError) as info,
+    ):
+        load_scenario(path)
+    text = str(info.value)
+    assert "key: faults[0].link" in text and "a component or link of this topology" in text, text
 
 
 # -- the marker -----------------------------------------------------------------------------------
