@@ -12,7 +12,10 @@ export WEDGE_DOCKER_DIR
 
 .PHONY: install system-deps scenarios matrix test lint docs bench soak stress docker-up docker-down clean
 
+# Bytecode for the package too: an editable install leaves none, and where
+# PYTHONDONTWRITEBYTECODE is set every stub fork server and sampler would compile it again.
 install: $(VENV)/.installed $(TOXIPROXY)
+	@$(BIN)/python -m compileall -q pytest_wedge >/dev/null
 
 # Headless Chromium renders the HTML timeline in a test (Debian's package; no browser download).
 system-deps:

@@ -18,7 +18,7 @@ from pytest_wedge.faults.base import Fault, TargetAlias
 from pytest_wedge.faults.registry import register
 from pytest_wedge.stubs.client import StubUnavailable
 from pytest_wedge.stubs.faults import KINDS as STUB_KINDS
-from pytest_wedge.topology.spec import validate_component_name
+from pytest_wedge.topology.names import validate_component_name
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology

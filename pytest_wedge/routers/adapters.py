@@ -40,6 +40,9 @@ class RouterAdapter:
     retries: bool
     keepalive: bool
     waits_for_workers: bool  # the port opens only once every worker answers /health
+    # Its start-up probes wait on a worker whose port listens but that does not answer yet
+    # (rather than failing and backing off), so it may start together with its workers.
+    starts_with_workers: bool
     unproxied: tuple[str, ...]  # traffic that does not cross a Toxiproxy link
     # ... only when the workers speak another protocol than the router's own
     unproxied_other_protocol: tuple[str, ...] = ()
@@ -74,7 +77,7 @@ SMG = RouterAdapter(
     origin="body `user` and the `x-request-id-origin` header both reach the workers",
     stall="at --request-timeout-secs: an SSE error frame, then `data: [DONE]` (status 200)",
     timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True, keepalive=True, waits_for_workers=False,
+    retries=True, keepalive=True, waits_for_workers=False, starts_with_workers=True,
     unproxied=("the registration-time TCP connect from the router to each prefill's real "
                "bootstrap port (smg is given that port so it can hand it to the decodes)",),
 )  # fmt: skip
@@ -92,7 +95,8 @@ SGLANG_ROUTER = RouterAdapter(
     stall="at --request-timeout-secs: the chunked stream is cut without its last chunk "
           "(no error frame, no [DONE]); no SSE keep-alive, so a client idle timeout fires",
     timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True, keepalive=False, waits_for_workers=False, unproxied=(),
+    retries=True, keepalive=False, waits_for_workers=False, starts_with_workers=False,
+    unproxied=(),
 )  # fmt: skip
 
 VLLM_ROUTER = RouterAdapter(
@@ -110,7 +114,7 @@ VLLM_ROUTER = RouterAdapter(
     stall="at --request-timeout-secs: the stream is cut without its last chunk (no error "
           "frame); no keep-alive",
     timeout="a hung worker: 500 at exactly N s (no retries; the breaker never trips)",
-    retries=False, keepalive=False, waits_for_workers=True,
+    retries=False, keepalive=False, waits_for_workers=True, starts_with_workers=False,
     unproxied=(),
     unproxied_other_protocol=("with SGLang-protocol workers the decode does no KV fetch "
                               "(vllm-router sends no bootstrap room), so the decode-j->prefill-i "
@@ -128,6 +132,13 @@ def counts_in_flight_per_worker(kind: str) -> bool:
     (``command``/``url``) router is taken to be smg."""
     found = ADAPTERS.get(kind)
     return found is None or found.metrics.inflight == PER_WORKER_IN_FLIGHT
+
+
+def starts_with_workers(kind: str) -> bool:
+    """May a router of ``kind`` start while its workers start? Only a built-in kind whose
+    start-up was measured so; a user's own command waits for its workers, as before."""
+    found = ADAPTERS.get(kind)
+    return found is not None and found.starts_with_workers
 
 
 def adapter(name: str) -> RouterAdapter:

@@ -41,7 +41,7 @@ from pytest_wedge.runtime.base import (
     LogFiles,
 )
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
-from pytest_wedge.runtime.process import owner_alive, owner_tag
+from pytest_wedge.runtime.owners import owner_alive, owner_tag
 from pytest_wedge.runtime.programs import check_bare_name, in_image, program_roots
 from pytest_wedge.topology.spec import ComponentSpec
 

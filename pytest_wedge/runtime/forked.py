@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.errors import ComponentStartError, PortInUseError
+from pytest_wedge.stubs.listen_fds import LISTEN_FDS_ENV, format_listen_fds
 
 STUB_MODULE = "pytest_wedge.stubs"
 SERVER_MODULE = "pytest_wedge.stubs.forkserver"
@@ -73,7 +75,30 @@ class ForkedProcess:
 # on 127.0.0.1), so OpenSSL is pointed at no bundle at all while they import.
 IMPORT_ENV = {"SSL_CERT_FILE": os.devnull, "SSL_CERT_DIR": os.devnull}
 
-Spawn = Callable[[Sequence[str], Mapping[str, str], Path], "subprocess.Popen[bytes]"]
+# spawn(argv, extra environment, log path, descriptors the child inherits)
+Spawn = Callable[[Sequence[str], Mapping[str, str], Path, Sequence[int]],
+                 "subprocess.Popen[bytes]"]  # fmt: skip
+
+
+def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket.socket]:
+    """A listening socket on each of ``ports``, as the stub's own server would open it."""
+    sockets: list[socket.socket] = []
+    try:
+        for port in ports:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise PortInUseError(
+            f"Cannot listen on {host}:{port} for a stub worker",
+            facts={"error": f"{type(exc).__name__}: {exc}", "ports": ", ".join(map(str, ports))},
+            fix="stop the program listening there (`ss -ltnp`), or let pytest-wedge pick ports",
+        ) from exc
+    return sockets
 
 
 class ForkServer:
@@ -85,9 +110,14 @@ class ForkServer:
     pipes for the protocol. A reader thread files every answer.
     """
 
-    def __init__(self, python: str, spawn: Spawn, log_path: Path) -> None:
+    def __init__(self, python: str, spawn: Spawn, log_path: Path,
+                 listening: Sequence[socket.socket] = ()) -> None:  # fmt: skip
+        """``listening``: sockets bound to workers' ports, handed to the workers that serve
+        them (the caller closes its own copies once the server is spawned)."""
         self.log_path = log_path
-        self.proc = spawn((python, "-m", SERVER_MODULE), IMPORT_ENV, log_path)
+        sockets = {sock.getsockname()[1]: sock.fileno() for sock in listening}
+        env = {**IMPORT_ENV, LISTEN_FDS_ENV: format_listen_fds(sockets)} if sockets else IMPORT_ENV
+        self.proc = spawn((python, "-m", SERVER_MODULE), env, log_path, tuple(sockets.values()))
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin: IO[bytes] = self.proc.stdin
         self._write_lock = threading.Lock()

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from pytest_wedge.errors import AlreadyRunningError, ComponentStartError, MissingBinaryError
 from pytest_wedge.runtime.base import (
@@ -31,7 +30,8 @@ from pytest_wedge.runtime.base import (
     LogFiles,
     wait_stopped,
 )
-from pytest_wedge.runtime.forked import ForkServer, Proc, stub_args
+from pytest_wedge.runtime.forked import ForkServer, Proc, bind_listening, stub_args
+from pytest_wedge.runtime.owners import owner_tag
 from pytest_wedge.topology.spec import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -139,11 +139,27 @@ class ProcessRuntime(LogFiles):
                 proc = server.fork(args, self._env(component.env), log_path, component.name)
             self._children[component.name] = _Child(component, proc)
 
-    def warm_up(self, python: str) -> None:
+    def warm_up(self, python: str, listen_ports: Sequence[int] = ()) -> frozenset[int]:
         """Start the stub fork server of ``python`` now. It returns once the server is
-        spawned, not imported: the imports overlap whatever the caller does next."""
-        if not self._closed:
-            self._forkserver(python)
+        spawned, not imported: the imports overlap whatever the caller does next.
+
+        ``listen_ports`` (the stub workers' ports) are bound and listening before the server
+        starts, and each goes to the first worker that serves it: from then on a client (the
+        router) that connects waits in the accept queue instead of being refused. Returns the
+        ports so bound: none when the server was already running."""
+        if self._closed:
+            return frozenset()
+        with self._forkservers_guard:
+            server = self._forkservers.get(python)
+            if server is not None and server.alive:
+                return frozenset()
+            listening = bind_listening(listen_ports)
+            try:
+                self._forkservers[python] = self._start_forkserver(python, listening)
+            finally:
+                for sock in listening:  # the fork server has its own copies now
+                    sock.close()
+        return frozenset(listen_ports)
 
     def release_idle(self) -> None:
         """Close the fork servers that run no worker (a topology closed without its runtime,
@@ -157,15 +173,19 @@ class ProcessRuntime(LogFiles):
             server.close()
 
     def _forkserver(self, python: str) -> ForkServer:
-        """The running fork server for ``python``, started (on the spawner thread) if need be."""
+        """The running fork server for ``python``, started if need be."""
         with self._forkservers_guard:
             server = self._forkservers.get(python)
             if server is None or not server.alive:
-                log_path = self.logs_dir / "stub-forkserver.log"
-                server = self._spawner.submit(ForkServer, python, self._popen_piped,
-                                              log_path).result()  # fmt: skip
-                self._forkservers[python] = server
+                server = self._forkservers[python] = self._start_forkserver(python)
             return server
+
+    def _start_forkserver(self, python: str,
+                          listening: Sequence[socket.socket] = ()) -> ForkServer:  # fmt: skip
+        # On the spawner thread, as every child: PDEATHSIG follows the thread that forked.
+        log_path = self.logs_dir / "stub-forkserver.log"
+        return self._spawner.submit(ForkServer, python, self._popen_piped, log_path,
+                                    listening).result()  # fmt: skip
 
     def _env(self, extra: Mapping[str, str] | Sequence[tuple[str, str]]) -> dict[str, str]:
         return {**os.environ, **dict(extra), SESSION_ENV: self.session_id,
@@ -182,12 +202,12 @@ class ProcessRuntime(LogFiles):
                     fix="run `make install` (it installs smg and toxiproxy-server)",
                 ) from exc
 
-    def _popen_piped(self, argv: Sequence[str], extra_env: Mapping[str, str],
-                     log_path: Path) -> subprocess.Popen[bytes]:  # fmt: skip
+    def _popen_piped(self, argv: Sequence[str], extra_env: Mapping[str, str], log_path: Path,
+                     pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:  # fmt: skip
         """A process whose stdin and stdout are our pipes (the fork server's protocol)."""
         with open(log_path, "ab") as log:
             return self._popen(argv, self._env(extra_env), log, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, pass_fds=pass_fds)  # fmt: skip
 
     @staticmethod
     def _popen(
@@ -196,12 +216,13 @@ class ProcessRuntime(LogFiles):
         log: Any,
         stdin: int = subprocess.DEVNULL,
         stdout: int | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> subprocess.Popen[bytes]:
         """Its own session (signals reach its group only), death with this runtime's spawner
         thread (it runs on that thread); output to ``log`` unless ``stdout`` is a pipe."""
         return subprocess.Popen(argv, stdin=stdin, stdout=log if stdout is None else stdout,
                                 stderr=subprocess.STDOUT if stdout is None else log,
-                                env=env, start_new_session=True,
+                                env=env, start_new_session=True, pass_fds=tuple(pass_fds),
                                 preexec_fn=_die_with_parent)  # fmt: skip
 
     @staticmethod
@@ -301,38 +322,3 @@ class ProcessRuntime(LogFiles):
         for server in servers:
             server.close()
         self._spawner.shutdown(wait=True)
-
-
-def owner_tag() -> str:
-    """``pid:create_time`` of this process: a PID alone can be reused after a SIGKILL."""
-    me = psutil.Process()
-    return f"{me.pid}:{me.create_time():.3f}"
-
-
-def owner_alive(tag: str) -> bool:
-    pid_text, _, created = tag.partition(":")
-    try:
-        owner = psutil.Process(int(pid_text))
-        return f"{owner.create_time():.3f}" == created
-    except (ValueError, psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-
-
-def sweep_leftovers() -> list[int]:
-    """Kill processes tagged by a pytest-wedge session whose owning pytest is gone.
-
-    Only processes carrying our session tag are touched, and only when their owner is dead,
-    so a concurrent session's children are safe.
-    """
-    swept: list[int] = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            tag = proc.environ().get(OWNER_ENV)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-        if tag is None or owner_alive(tag):
-            continue
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-            swept.append(proc.pid)
-    return swept

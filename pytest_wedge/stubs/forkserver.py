@@ -15,6 +15,12 @@ Protocol, one JSON object per line. Requests on stdin::
 
     {"id": 1, "args": [<stub args>], "env": {...}, "cwd": "/path", "log": "/path/decode-0.log"}
 
+A topology's first start may hand the server listening sockets, already bound to the workers'
+ports (``LISTEN_FDS_ENV``: ``port=fd`` pairs). A worker whose ``--port`` or ``--bootstrap-port``
+is among them gets that socket and serves on it; the server keeps no copy, so a worker that
+dies leaves its port refusing connections, as a worker that bound it itself would. A later
+start (a restart) binds its port itself.
+
 Answers on stdout: ``{"id": 1, "pid": 4242}`` (or ``{"id": 1, "error": "..."}``), and, when a
 worker ends, ``{"exited": 4242, "code": -9}`` (negative: killed by that signal, as
 ``subprocess`` reports it). End of stdin means the owner is gone: every worker is killed and
@@ -37,6 +43,7 @@ from typing import Any
 
 # The worker's own modules, imported before any fork: this is what the workers share.
 from .config import parse_args
+from .listen_fds import LISTEN_FDS_ENV, format_listen_fds, parse_listen_fds
 from .server import main as serve_worker
 
 _PR_SET_PDEATHSIG = 1
@@ -60,7 +67,14 @@ def _send(message: dict[str, Any]) -> None:
         data = data[os.write(1, data) :]
 
 
-def _become_worker(request: dict[str, Any], server_pid: int) -> None:
+def _close_all_but(keep: set[int], first: int = 3, end: int = 65536) -> None:
+    for fd in sorted(keep | {end}):
+        if fd >= first:
+            os.closerange(first, fd)
+            first = fd + 1
+
+
+def _become_worker(request: dict[str, Any], server_pid: int, sockets: dict[int, int]) -> None:
     """In the forked child: detach, redirect, then run the stub. Never returns."""
     code = 1
     try:
@@ -78,9 +92,13 @@ def _become_worker(request: dict[str, Any], server_pid: int) -> None:
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.closerange(3, 65536)  # the server's pipes and selector are not the worker's
+        # The server's pipes, its selector and other workers' sockets are not this worker's.
+        _close_all_but(set(sockets.values()))
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.pop(LISTEN_FDS_ENV, None)
+        if sockets:
+            os.environ[LISTEN_FDS_ENV] = format_listen_fds(sockets)
         os.chdir(request["cwd"])
         random.seed()  # a fork copies the parent's random state; a spawned worker seeds afresh
         gc.enable()
@@ -102,6 +120,8 @@ class ForkServer:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.workers: set[int] = set()
+        # Listening sockets by port, each handed to the first worker that serves that port.
+        self.listening = parse_listen_fds(os.environ.pop(LISTEN_FDS_ENV, ""))
         self.pending = b""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -139,15 +159,32 @@ class ForkServer:
         return True
 
     def fork(self, request: dict[str, Any]) -> None:
+        sockets = self.sockets_for(request["args"])
         try:
             pid = os.fork()
         except OSError as exc:
+            pid = -1
             _send({"id": request["id"], "error": f"fork failed: {exc}"})
-            return
         if pid == 0:
-            _become_worker(request, self.pid)
+            _become_worker(request, self.pid, sockets)
+        for fd in sockets.values():  # the worker's now (or nobody's: the fork failed)
+            os.close(fd)
+        if pid < 0:
+            return
         self.workers.add(pid)
         _send({"id": request["id"], "pid": pid})
+
+    def sockets_for(self, args: list[str]) -> dict[int, int]:
+        """The pre-bound sockets of the ports a worker with ``args`` serves, taken from the
+        server: a later worker on the same port binds it itself."""
+        if not self.listening:
+            return {}
+        try:
+            config = parse_args(args)
+        except SystemExit:  # the worker reports its own usage error
+            return {}
+        ports = (config.port, config.bootstrap_port)
+        return {port: self.listening.pop(port) for port in ports if port in self.listening}
 
     def reap(self) -> None:
         while self.workers:
@@ -168,6 +205,9 @@ class ForkServer:
         for pid in list(self.workers):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        for fd in self.listening.values():
+            os.close(fd)
+        self.listening.clear()
 
 
 def main() -> None:

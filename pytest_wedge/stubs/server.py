@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -18,6 +19,7 @@ from .config import StubConfig
 from .control import add_control_routes
 from .engine import ENGINE, Engine
 from .exposition import Exposition, exposition
+from .listen_fds import LISTEN_FDS_ENV, parse_listen_fds
 from .textgen import PATHS, BadRequest, parse_request
 from .wire import send_error
 
@@ -173,21 +175,28 @@ def make_app(engine: Engine) -> web.Application:
     return app
 
 
-async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:
+async def _start(app: web.Application, host: str, port: int,
+                 inherited: dict[int, int]) -> web.AppRunner:  # fmt: skip
     # handler_cancellation: a client that goes away must cancel the request, as it aborts in SGLang.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.2)
     await runner.setup()
-    await web.TCPSite(runner, host, port, backlog=1024, reuse_address=True).start()
+    fd = inherited.pop(port, None)
+    if fd is None:
+        await web.TCPSite(runner, host, port, backlog=1024, reuse_address=True).start()
+    else:
+        await web.SockSite(runner, socket.socket(fileno=fd), backlog=1024).start()
     return runner
 
 
 async def serve(config: StubConfig) -> None:
     engine = Engine(config)
-    runners = [await _start(make_app(engine), config.host, config.port)]
+    inherited = parse_listen_fds(os.environ.pop(LISTEN_FDS_ENV, ""))
+    runners = [await _start(make_app(engine), config.host, config.port, inherited)]
     if config.role == "prefill" and config.bootstrap_port:
-        runners.append(
-            await _start(prefill.bootstrap_app(engine), config.host, config.bootstrap_port)
-        )
+        runners.append(await _start(prefill.bootstrap_app(engine), config.host,
+                                    config.bootstrap_port, inherited))  # fmt: skip
+    for fd in inherited.values():  # bound for a port this worker does not serve
+        os.close(fd)
     engine.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

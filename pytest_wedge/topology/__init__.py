@@ -5,6 +5,7 @@
 there, so that reading a spec never imports an HTTP client.
 """
 
+from pytest_wedge.topology.names import validate_component_name, validate_link_name
 from pytest_wedge.topology.spec import (
     LOOPBACK,
     ComponentSpec,
@@ -14,8 +15,6 @@ from pytest_wedge.topology.spec import (
     StubOptions,
     TopologySpec,
     render_components,
-    validate_component_name,
-    validate_link_name,
 )
 
 __all__ = [

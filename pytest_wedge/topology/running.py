@@ -22,6 +22,7 @@ import httpx
 from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryError
 from pytest_wedge.evidence.prometheus import samples
 from pytest_wedge.loopback import loopback_client
+from pytest_wedge.routers.adapters import starts_with_workers
 from pytest_wedge.routers.describe import describe_lines, router_metric_names
 from pytest_wedge.runtime.base import Runtime, wait_ready
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
@@ -40,6 +41,7 @@ from pytest_wedge.topology.spec import (
     PortPlan,
     TopologySpec,
     render_components,
+    stub_ports,
 )
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
 from pytest_wedge.topology.worker_start import url_worker_listen, url_worker_plan, wait_url_workers
@@ -113,15 +115,18 @@ class Topology:
         )))  # fmt: skip
         # Ports of what runs already (url router, url workers) are taken, by design.
         theirs = {*spec.url_workers, *([] if spec.router.managed else ["router"])}
-        # The stub fork server's imports (a quarter second) overlap the proxies' creation.
         warm_up = getattr(self.runtime, "warm_up", None)
-        warming = self._pool.submit(warm_up, self.exe.python) if callable(warm_up) else None
+        warming = None
         try:
             check_free({f"{n} http": p for n, p in self.plan.http.items() if n not in theirs}
                        | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()
                           if n not in theirs}
                        | ({"router metrics": self.plan.router_metrics}
                           if spec.router.managed else {}))  # fmt: skip
+            # The stub fork server's imports (a quarter second) overlap the proxies' creation,
+            # and the stubs' ports listen from now on (see the router's start below).
+            if callable(warm_up):
+                warming = self._pool.submit(warm_up, self.exe.python, stub_ports(spec, self.plan))
             self.exe = with_router_executable(spec.router, self.exe)
             # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
@@ -140,23 +145,28 @@ class Topology:
                     url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
                     self.stubs[component.name] = StubClient(component.name, url)
             workers = [c for c in self.components.values() if c.role != "router"]
-            if warming is not None:
-                warming.result()
+            listening = warming.result() if warming is not None else frozenset()
+            router = self.components.get("router")
+            # smg probes its workers once at start and then backs off for seconds. Refused,
+            # it must wait for them to answer; when every worker's port already listens, its
+            # probes wait in the accept queues instead, so it starts with its workers.
+            early = (router is not None and starts_with_workers(spec.router.kind)
+                     and not spec.url_workers
+                     and all(set(c.ports) <= listening for c in workers))  # fmt: skip
             # Independent, so in parallel; every start ends before a failure is raised, so the
             # rollback below never races a start still queued.
-            starts = [self._pool.submit(self.runtime.start, c) for c in workers]
+            starts = [self._pool.submit(self.runtime.start, c)
+                      for c in [*workers, *([router] if early and router else [])]]  # fmt: skip
             wait(starts)
             for started in starts:
                 started.result()
-            # smg probes workers once at start and then backs off for seconds, so it starts
-            # only once they answer: the fastest path to a ready router.
             deadline = time.monotonic() + self.ready_timeout_s
             wait_ready(self.runtime, workers, timeout_s=self.ready_timeout_s)
             wait_url_workers(self.http, spec, self.plan, max(1.0, deadline - time.monotonic()))
             remaining = max(1.0, deadline - time.monotonic())
-            if spec.router.managed:
-                router = self.components["router"]
-                self.runtime.start(router)
+            if router is not None:
+                if not early:
+                    self.runtime.start(router)
                 wait_ready(self.runtime, [router], timeout_s=remaining)
             else:
                 wait_url_router(self.http, spec.router, self.router_url, remaining)

@@ -90,7 +90,7 @@ class WedgeSession:
 
     def sweep(self) -> None:
         """Remove what a killed earlier session left behind (processes, containers)."""
-        from pytest_wedge.runtime.process import sweep_leftovers
+        from pytest_wedge.runtime.owners import sweep_leftovers
 
         sweep_leftovers()
         if self.runtime_name == "docker":

@@ -11,7 +11,6 @@ rendered in a second step, once those ports are known: ``plan_links`` -> create 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 from pytest_wedge.errors import ConfigError
@@ -25,7 +24,6 @@ from pytest_wedge.topology.component import ComponentSpec as ComponentSpec
 from pytest_wedge.topology.workers import WorkerSpec, check_counts, worker_argv
 
 LOOPBACK = "127.0.0.1"
-_COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
 STUB_PROTOCOLS = ("sglang", "vllm")  # the stubs' --protocol choices (stubs/config.py)
 # TopologySpec's fields that are its own bookkeeping, not settings (not marker keywords).
 BOOKKEEPING_FIELDS = ("protocol_follows_router",)
@@ -249,7 +247,7 @@ def render_components(
                     *spec.stub.argv(),
                 ), _worker_values(spec, p, ports, ports.bootstrap[p], (), exe)),
                 ready_url=f"http://{LOOPBACK}:{ports.http[p]}{spec.prefill_worker.ready_path}",
-                ports=(ports.http[p], ports.bootstrap[p]),
+                ports=worker_ports(p, ports),
                 foreign=spec.prefill_worker.foreign,
             )
         )  # fmt: skip
@@ -273,7 +271,7 @@ def render_components(
                     *routes, *spec.stub.argv(),
                 ), _worker_values(spec, d, ports, None, kv_listen, exe)),
                 ready_url=f"http://{LOOPBACK}:{ports.http[d]}{spec.decode_worker.ready_path}",
-                ports=(ports.http[d],),
+                ports=worker_ports(d, ports),
                 foreign=spec.decode_worker.foreign,
             )
         )  # fmt: skip
@@ -281,6 +279,18 @@ def render_components(
     if router is not None:
         components.append(router)
     return components
+
+
+def worker_ports(name: str, ports: PortPlan) -> tuple[int, ...]:
+    """A managed worker's listening ports: its HTTP port, and a prefill's bootstrap port."""
+    return (ports.http[name], *([ports.bootstrap[name]] if name in ports.bootstrap else []))
+
+
+def stub_ports(spec: TopologySpec, ports: PortPlan) -> list[int]:
+    """Every port that a stub worker of ``spec`` (not a user's command) listens on."""
+    stubs = [n for n in [*spec.prefill_names, *spec.decode_names]
+             if spec.worker(n).managed and not spec.worker(n).foreign]  # fmt: skip
+    return [port for name in stubs for port in worker_ports(name, ports)]
 
 
 def _worker_values(spec: TopologySpec, name: str, ports: PortPlan, bootstrap: int | None,
@@ -319,24 +329,3 @@ def _router_component(
         ready_url=f"http://{LOOPBACK}:{port}{ready_path}",
         ports=(port, ports.router_metrics),
     )
-
-
-def validate_component_name(name: str, spec: TopologySpec) -> None:
-    """Raise a ConfigError naming the known components when ``name`` is not one of them."""
-    known = spec.component_names
-    if name not in known or not _COMPONENT_NAME.match(name):
-        raise ConfigError(
-            f"Unknown component {name!r}",
-            facts={"known components": ", ".join(known)},
-            fix=f"use one of: {', '.join(known)}",
-        )
-
-
-def validate_link_name(name: str, spec: TopologySpec) -> None:
-    known = spec.link_names()
-    if name not in known:
-        raise ConfigError(
-            f"Unknown link {name!r}",
-            facts={"known links": ", ".join(known)},
-            fix=f"use one of: {', '.join(known)}",
-        )

@@ -7,8 +7,10 @@ and nothing outlives the runtime, or the fork server.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -188,3 +190,42 @@ def test_only_an_idle_fork_server_is_released(
     runtime.start(two_stubs[0])  # a start after the release boots a new one
     wait_ready(runtime, two_stubs[:1], timeout_s=60)
     assert [s.pid for s in forkservers(runtime)] != [server.pid]
+
+
+def refused(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
+
+
+def test_a_port_bound_before_its_worker_starts_is_served_by_that_worker_alone(
+    runtime: ProcessRuntime,
+) -> None:
+    ports = PortAllocator()
+    try:
+        first, other = (stub(f"decode-{i}", port) for i, port in enumerate(ports.take(2)))
+        assert runtime.warm_up(sys.executable, [first.ports[0]]) == {first.ports[0]}
+        assert runtime.warm_up(sys.executable, [other.ports[0]]) == set(), (
+            "a running fork server cannot take sockets any more: the port is not bound"
+        )
+        assert refused(other.ports[0])
+        # A client that comes before the worker exists waits in the accept queue (this is
+        # what lets the router start with its workers) instead of being refused.
+        early = socket.create_connection(("127.0.0.1", first.ports[0]), timeout=60)
+        with early:
+            runtime.start(first)
+            early.sendall(b"GET /health HTTP/1.1\r\nHost: stub\r\nConnection: close\r\n\r\n")
+            assert early.recv(64).startswith(b"HTTP/1.1 200")
+        runtime.start(other)  # binds its own port, as before
+        wait_ready(runtime, [first, other], timeout_s=60)
+
+        # Nobody else keeps a copy: a killed worker's port refuses connections, and the
+        # restarted worker binds it again.
+        (server,) = forkservers(runtime)
+        for holder in (psutil.Process(), server):
+            assert first.ports[0] not in {c.laddr.port for c in holder.net_connections("tcp")}
+        runtime.kill(first.name)
+        assert refused(first.ports[0])
+        runtime.restart(first.name)
+        wait_ready(runtime, [first], timeout_s=60)
+    finally:
+        ports.close()
