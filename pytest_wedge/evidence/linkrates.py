@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from pytest_wedge.evidence.observe import link_bytes
-from pytest_wedge.evidence.sockdiag import socket_bytes
+from pytest_wedge.evidence.sockdiag import SocketCounters, socket_bytes
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -76,6 +76,23 @@ def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
         return socket_bytes(ports)
     return _ss_socket_bytes(ports)
+
+
+class OpenSocketBytes:
+    """:func:`open_socket_bytes` for a meter that reads the same ports again and again: the
+    kernel dumps its connection table only when one may have been accepted since the last
+    read (:class:`~pytest_wedge.evidence.sockdiag.SocketCounters`)."""
+
+    def __init__(self, ports: Mapping[int, str]) -> None:
+        self.ports = dict(ports)
+        self.counters = SocketCounters(self.ports)
+
+    def read(self) -> Totals:
+        if not self.ports:
+            return {}
+        with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
+            return self.counters.read()
+        return _ss_socket_bytes(self.ports)
 
 
 def kernel_readable() -> bool:
@@ -175,6 +192,7 @@ class LinkMeter:
         self.maxlen = maxlen
         self.errors = 0
         self._ports = {link.listen_port: name for name, link in topology.links.items()}
+        self._kernel = OpenSocketBytes(self._ports)
         self._series: list[tuple[float, Totals]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -188,7 +206,7 @@ class LinkMeter:
     def sample(self) -> tuple[float, Totals]:
         """One point, taken here and now, added to the series."""
         closed = self.closed_counters()
-        live = open_socket_bytes(self._ports)
+        live = self._kernel.read()
         point = (time.time(), add_counters(closed, live))
         with self._lock:
             self._series.append(point)

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import os
 import pickle
 import struct
@@ -46,7 +47,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
-from pytest_wedge.evidence.linkrates import Totals, add_counters, open_socket_bytes
+from pytest_wedge.evidence.linkrates import OpenSocketBytes, Totals, add_counters
 from pytest_wedge.evidence.observe import Jobs, observed_jobs
 from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
 from pytest_wedge.evidence.state_stream import StateStreams
@@ -80,13 +81,13 @@ def _jobs(topology: Topology, timeout_s: float, *, slow: bool, components: bool
 
 
 def _snapshot(topology: Topology, started: float, results: dict[str, Any],
-              failed: dict[str, str]) -> Snapshot:  # fmt: skip
+              failed: dict[str, str], taken_at: float | None = None) -> Snapshot:  # fmt: skip
     snapshot = empty_snapshot(topology)
     fill(snapshot, topology, results, failed)
-    snapshot.taken_at = time.time()
+    snapshot.taken_at = time.time() if taken_at is None else taken_at
     assert snapshot.observed is not None
     snapshot.observed.taken_at = snapshot.taken_at
-    snapshot.collect_s = snapshot.taken_at - started
+    snapshot.collect_s = max(0.0, snapshot.taken_at - started)
     return snapshot
 
 
@@ -96,6 +97,34 @@ def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, 
     started = time.time()
     jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=True)
     return _snapshot(topology, started, *gather(jobs, timeouts, pool))
+
+
+class FastFill:
+    """The fast samples between slow ones, read back from the states the stubs streamed (when
+    every fast job is a streamed stub state: see :func:`streams_cover_fast_ticks`), one per
+    interval since the last sample."""
+
+    def __init__(self, topology: Topology, streams: StateStreams, interval_s: float) -> None:
+        self.topology, self.streams, self.interval_s = topology, streams, interval_s
+        self.since: float | None = None  # the moment of the last sample, fast or slow
+
+    def due(self, now: float, *, to_the_end: bool = False) -> list[Snapshot]:
+        """Those before ``now``'s slow sample (``to_the_end``: up to ``now`` itself, when no
+        slow sample follows)."""
+        if self.since is None:
+            return []
+        intervals = (now - self.since) / self.interval_s
+        count = math.floor(intervals + 1e-9) if to_the_end else max(0, round(intervals) - 1)
+        moments = [self.since + self.interval_s * i for i in range(1, count + 1)]
+        self.since = moments[-1] if moments else self.since
+        return [_snapshot(self.topology, moment, *self.streams.states(moment), taken_at=moment)
+                for moment in moments]  # fmt: skip
+
+
+def streams_cover_fast_ticks(topology: Topology, streams: StateStreams) -> bool:
+    """Whether a fast sample reads nothing but states the stubs stream."""
+    jobs, _ = _jobs(topology, 1.0, slow=False, components=False)
+    return set(jobs) <= {f"{name} state" for name in streams.stubs}
 
 
 async def sample_async(topology: Topology, session: async_fetch.Session, timeout_s: float,
@@ -127,6 +156,7 @@ class LinkSeries:
 
     def __init__(self, topology: Topology, maxlen: int) -> None:
         self.ports = {link.listen_port: name for name, link in topology.links.items()}
+        self.kernel = OpenSocketBytes(self.ports)
         self.points: deque[tuple[float, Totals]] = deque(maxlen=maxlen)
         self.errors = 0
 
@@ -136,7 +166,7 @@ class LinkSeries:
             self.errors += 1
             return
         try:
-            live = open_socket_bytes(self.ports)
+            live = self.kernel.read()
         except Exception:  # a meter must never end the sampler; count and go on
             self.errors += 1
             return
@@ -226,7 +256,22 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
         with contextlib.suppress(BrokenPipeError):  # the probe is gone: the next tick ends us
             outbox.put(links.frame(), now=True)
 
+    streams = StateStreams({name: stub.base_url for name, stub in topology.stubs.items()},
+                           interval_s, timeout_s,
+                           keep_s=2 * interval_s * slow_every + interval_s + timeout_s)
+    # When the streams carry everything a fast sample reads, the program wakes on slow ticks
+    # only and fills in the fast samples between two of them from the streamed states: a
+    # wake-up costs more than a fast sample's work. Else every tick samples.
+    batched = slow_every > 1 and streams_cover_fast_ticks(topology, streams)
+    fill = FastFill(topology, streams, interval_s) if batched else None
+    period_s = interval_s * slow_every if batched else interval_s
+
     def last_words() -> None:
+        with contextlib.suppress(Exception):  # the samples since the last slow one
+            if fill is not None:
+                streams.tick()
+                for fast in fill.due(time.time(), to_the_end=True):
+                    outbox.put(("sample", False, fast), now=False)
         with contextlib.suppress(OSError):
             outbox.flush()
         os._exit(0)
@@ -234,24 +279,26 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
     loop = asyncio.get_running_loop()
     threading.Thread(target=_answer_requests, args=(stdin, loop, answer, last_words),
                      daemon=True).start()  # fmt: skip
-    streams = StateStreams({name: stub.base_url for name, stub in topology.stubs.items()},
-                           interval_s, timeout_s)  # fmt: skip
     async with async_fetch.new_session() as session:
         for tick in itertools.count():  # until end of input or a closed stdout ends the program
             started = time.monotonic()
-            slow = tick % slow_every == 0
+            slow = batched or tick % slow_every == 0
             streams.tick()
             frame: tuple[Any, ...]
             try:
+                for fast in fill.due(time.time()) if fill is not None else []:
+                    outbox.put(("sample", False, fast), now=False)
                 snapshot = await sample_async(topology, session, timeout_s, slow=slow,
                                               streams=streams)  # fmt: skip
                 frame = ("sample", slow, snapshot)
+                if fill is not None:
+                    fill.since = snapshot.taken_at
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None
             if metered and slow:
                 links.add(closed_counters(snapshot) if snapshot is not None else None)
             outbox.put(frame, now=slow)
-            await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:

@@ -9,6 +9,12 @@ the caller falls back to ``ss``.
 For each socket whose local port is one of ``ports``: ``tcp_info``'s ``bytes_received`` (what
 the peer sent to it) and ``bytes_acked`` (what it sent and the peer acknowledged), the two
 numbers ``ss -i`` prints under those names.
+
+A dump walks the kernel's whole table of TCP connections, however few sockets match: 1.7 ms
+here, for a table of 262,144 buckets. :class:`SocketCounters`, for a meter that reads the same
+ports again and again, dumps only when a connection may have been accepted since its last read
+(the kernel's count of passive opens moved); otherwise it asks for the sockets it already knows
+by their addresses, each a hash lookup.
 """
 
 from __future__ import annotations
@@ -72,6 +78,12 @@ def _request(family: int, ports: list[int]) -> bytes:
     return _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, flags, 1, 0) + body
 
 
+_SOCKID_AT, _SOCKID_SIZE = 20, 48  # inet_diag_sockid, from a message's start
+ENOENT = 2
+LOOKUPS_PER_SEND = 32
+ANSWER_TIMEOUT_S = 2.0  # a kernel answers in microseconds; never hang a meter on it
+
+
 class _Answers:
     """The sums of one dump's answers, read in place from each ``recv``'s buffer.
 
@@ -89,6 +101,8 @@ class _Answers:
         self.totals: dict[str, dict[str, float]] = {}
         self.layout: struct.Struct | None = None
         self.headers: tuple[int, ...] = ()
+        self.ids: list[bytes] = []  # each counted socket's inet_diag_sockid, to ask for again
+        self.awaited: int | None = None  # lookups: answers still to come (a dump ends on DONE)
 
     def add(self, data: bytearray, end: int) -> bool:
         """Add the sockets of ``data[:end]``; True at the dump's end."""
@@ -100,13 +114,19 @@ class _Answers:
             length, kind, sport = head(data, offset)
             if kind == NLMSG_DONE:
                 return True
-            if kind == NLMSG_ERROR:
-                code = -struct.unpack_from("=i", data, offset + _HEADER.size)[0]
-                raise OSError(code, "sock_diag refused the query")
             if length < _HEADER.size:
                 raise OSError("sock_diag answered a malformed message")
-            name = wanted.get(sport)
+            if self.awaited is not None:
+                self.awaited -= 1
+            if kind == NLMSG_ERROR:
+                code = -struct.unpack_from("=i", data, offset + _HEADER.size)[0]
+                if code != ENOENT or self.awaited is None:  # a looked-up socket that closed
+                    raise OSError(code, "sock_diag refused the query")
+                name = None
+            else:
+                name = wanted.get(sport)
             if name is not None:
+                self.ids.append(bytes(data[offset + _SOCKID_AT:offset + _SOCKID_AT + _SOCKID_SIZE]))
                 stop = offset + length if offset + length < end else end
                 first = offset + _FIRST_ATTR
                 counted = None
@@ -124,7 +144,7 @@ class _Answers:
                     mine["upstream"] += counted[0]
                     mine["downstream"] += counted[1]
             offset += (length + 3) & ~3
-        return False
+        return self.awaited == 0
 
     def _walk(self, data: bytearray, first: int, stop: int) -> tuple[int, int] | None:
         """(bytes_received, bytes_acked) from the message's INET_DIAG_INFO attribute, walking
@@ -152,17 +172,79 @@ class _Answers:
         self.headers = tuple(_HEADER_WORD.unpack_from(data, first + p)[0] for p in positions)
 
 
-def _dump(sock: socket.socket, ports: Mapping[int, str]) -> dict[str, dict[str, float]]:
-    """Ask ``sock`` (a sock_diag netlink socket) and sum its answers until the dump's end."""
+def _lookups(ids: list[bytes]) -> bytes:
+    """One message per socket, all sent at once: each asks for the socket with that id."""
+    head = _REQUEST.pack(socket.AF_INET, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0,
+                         CONNECTED)[:8]  # fmt: skip
+    size = _HEADER.size + len(head) + _SOCKID_SIZE
+    return b"".join(_HEADER.pack(size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, seq, 0) + head + id_
+                    for seq, id_ in enumerate(ids, 1))  # fmt: skip
+
+
+def _ask(sock: socket.socket, ports: Mapping[int, str], ids: list[bytes] | None) -> _Answers:
+    """Ask ``sock`` (a sock_diag netlink socket) for a dump of ``ports``' sockets, or for the
+    sockets ``ids``, and sum the answers until the last."""
     answers = _Answers(ports)
     # Room past the received bytes: a message shorter than _MSG_HEAD (NLMSG_DONE's 20 bytes,
     # last in the buffer) still unpacks with it; what it reads there as a port goes unused.
     buffer = bytearray(_RECV_SIZE + _MSG_HEAD.size)
-    sock.sendto(_request(socket.AF_INET, sorted(ports)), (0, 0))
+    if ids is None:
+        sock.sendto(_request(socket.AF_INET, sorted(ports)), (0, 0))
+        _receive(sock, answers, buffer)
+    # The kernel answers a batch of lookups at once, into our socket's receive buffer: a few
+    # dozen at a time stay far below its size, so no answer is ever dropped.
+    for first in range(0, len(ids or ()), LOOKUPS_PER_SEND):
+        batch = (ids or [])[first:first + LOOKUPS_PER_SEND]
+        answers.awaited = len(batch)
+        sock.sendto(_lookups(batch), (0, 0))
+        _receive(sock, answers, buffer)
+    return answers
+
+
+def _receive(sock: socket.socket, answers: _Answers, buffer: bytearray) -> None:
     while True:
         got = sock.recv_into(buffer, _RECV_SIZE)
         if not got or answers.add(buffer, got):
-            return answers.totals
+            return
+
+
+def _dump(sock: socket.socket, ports: Mapping[int, str]) -> dict[str, dict[str, float]]:
+    return _ask(sock, ports, None).totals
+
+
+def passive_opens(path: str = "/proc/net/snmp") -> int | None:
+    """How many TCP connections this network namespace has accepted so far (None: unknown)."""
+    try:
+        with open(path, "rb") as fh:
+            names, values = (line.split() for line in fh if line.startswith(b"Tcp:"))
+        return int(values[names.index(b"PassiveOpens")])
+    except (OSError, ValueError):
+        return None
+
+
+class SocketCounters:
+    """:func:`socket_bytes` of fixed ``ports``, read again and again: a dump only when a
+    connection may have been accepted since the last read, else a lookup of each socket the
+    last read found (one that closed since is gone from the answers, and from the next ask).
+    ``OSError`` when the kernel does not answer."""
+
+    def __init__(self, ports: Mapping[int, str]) -> None:
+        self.ports = dict(ports)
+        self.ids: list[bytes] | None = None  # None: the next read dumps
+        self.opens: int | None = None
+        self.dumps = 0  # how many reads dumped (for tests and measurements)
+
+    def read(self) -> dict[str, dict[str, float]]:
+        if not self.ports:
+            return {}
+        opens = passive_opens()
+        ids = self.ids if opens is not None and opens == self.opens else None
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as sock:
+            sock.settimeout(ANSWER_TIMEOUT_S)
+            answers = _ask(sock, self.ports, ids)
+        self.dumps += ids is None
+        self.ids, self.opens = answers.ids, opens
+        return answers.totals
 
 
 def socket_bytes(ports: Mapping[int, str]) -> dict[str, dict[str, float]]:

@@ -1,19 +1,25 @@
 """The stubs' states, streamed to the sampler: one open connection per stub, one line per tick.
 
-The probe reads every stub's state every tick (ten times a second by default). As a GET each
+The probe samples every stub's state every tick (ten times a second by default). As a GET each
 time, that was the largest part of what the probe cost: the stub's web server handling a request
 (about 0.3 ms of its CPU) and the sampler sending it (0.2 ms), per stub and tick, so 160 requests
 a second on an 8P+8D topology. A stub's ``/control/state/stream?interval_s=...`` instead writes
-its state as one JSON line on an open connection every interval, which costs both ends a
-fraction of that. The sampler does not even wake up for the lines: their sockets are not
-watched by its event loop, and each tick reads whatever has arrived since the last one without
-waiting (the kernel keeps it meanwhile) and keeps each stub's newest line.
+its state as one JSON line on an open connection every interval, stamped with the moment it was
+taken (``at``, by the stub's clock). The sampler does not even wake up for the lines: their
+sockets are not watched by its event loop, and it reads them in batches, on its slow ticks (the
+kernel keeps them meanwhile). Every line is kept for a few seconds, so the state at any recent
+moment can be read back: that is how the sampler fills in the fast samples between two slow
+ones without waking up for each (on this machine a wake-up alone cost a process about 0.3 ms).
+
+A stub's clock need not be the sampler's (a remote Docker engine): a line's moment is its
+``at`` shifted by the smallest delay between a line's ``at`` and its reading seen lately, which
+is the clocks' difference plus the shortest wait of a line in the kernel.
 
 A state counts only while it is fresh: a paused or wedged stub stops writing, and once no line
 has come for an interval plus the probe's timeout its state reads as unanswered, as a GET to it
-would time out. A lost connection (the stub stopped or
-restarted) is opened again at the next tick. Slow ticks still GET the states: the oracle's
-per-origin rates need a state read at the sample's own moment.
+would time out. A lost connection (the stub stopped or restarted) is opened again at the next
+tick. Slow ticks still GET the states: the oracle's per-origin rates need a state read at the
+sample's own moment.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import json
 import socket
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,12 +48,12 @@ class _StateLines:
         self.sock = sock
         self.parser = httptools.HttpResponseParser(self)
         self.pending = b""
-        self.newest: bytes | None = None
+        self.lines: list[bytes] = []
         self.ended: str | None = None  # why the stream is over, once it is
 
-    def drain(self) -> bytes | None:
-        """The newest complete line that arrived since the last drain (None: no new line)."""
-        self.newest = None
+    def drain(self) -> list[bytes]:
+        """The complete lines that arrived since the last drain, oldest first."""
+        self.lines = []
         while self.ended is None:
             try:
                 data = self.sock.recv(READ_BYTES)
@@ -62,7 +69,7 @@ class _StateLines:
                 self.parser.feed_data(data)
             except httptools.HttpParserError as exc:
                 self.end(f"sent a malformed answer: {exc}"[:200])
-        return self.newest
+        return self.lines
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -72,8 +79,7 @@ class _StateLines:
     def on_body(self, body: bytes) -> None:
         lines = (self.pending + body).split(b"\n")
         self.pending = lines.pop()
-        if lines:
-            self.newest = lines[-1]  # the newest line is all a tick needs
+        self.lines += lines
 
     def on_message_complete(self) -> None:
         self.end("ended its state stream")
@@ -84,37 +90,62 @@ class _StateLines:
             self.sock.close()
 
 
-class StateStreams:
-    """Every stub's latest streamed state: :meth:`tick` reads the streams (and opens the
-    missing ones), :meth:`states` gives the fresh states as a gather's results and failures."""
+# How many recent (reading time - line's "at") delays give a stub's clock offset.
+OFFSET_READINGS = 20
 
-    def __init__(self, stubs: Mapping[str, str], interval_s: float, timeout_s: float) -> None:
+
+class StateStreams:
+    """Every stub's recent streamed states: :meth:`tick` reads the streams (and opens the
+    missing ones), :meth:`states` gives the states fresh at a moment as a gather's results and
+    failures. ``keep_s``: how far back states can be read."""
+
+    def __init__(self, stubs: Mapping[str, str], interval_s: float, timeout_s: float,
+                 keep_s: float = 2.0) -> None:  # fmt: skip
         self.stubs = dict(stubs)  # name -> control API base URL
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._latest: dict[str, tuple[float, Any]] = {}  # name -> (monotonic time, state)
+        self.keep_s = keep_s
+        self._history: dict[str, deque[tuple[float, Any]]] = {}  # name -> (moment, state)
+        self._delays: dict[str, deque[float]] = {}  # name -> recent reading delays
         self._why: dict[str, str] = {}  # name -> why its stream gives no state
         self._open: dict[str, _StateLines] = {}
         self._connecting: dict[str, asyncio.Task[None]] = {}
 
     def tick(self) -> None:
         """Read every open stream; open one to every stub that has none (nor one opening)."""
-        now = time.monotonic()
+        now = time.time()
         for name in self.stubs:
             stream = self._open.get(name)
             if stream is not None:
-                line = stream.drain()
-                if line is not None:
-                    try:
-                        self._latest[name] = (now, json.loads(line))
-                        self._why.pop(name, None)
-                    except ValueError as exc:
-                        self._why[name] = f"sent a line that is not JSON: {exc}"[:200]
+                self._file(name, stream.drain(), now)
                 if stream.ended is not None:
                     self._why[name] = stream.ended
                     del self._open[name]  # opened again at the next tick
             elif name not in self._connecting:
                 self._connecting[name] = asyncio.create_task(self._connect(name))
+            history = self._history.get(name)
+            while history and len(history) > 1 and history[0][0] < now - self.keep_s:
+                history.popleft()
+
+    def _file(self, name: str, lines: list[bytes], now: float) -> None:
+        states: list[Any] = []
+        for line in lines:
+            try:
+                states.append(json.loads(line))
+            except ValueError as exc:
+                self._why[name] = f"sent a line that is not JSON: {exc}"[:200]
+        if not states:
+            return
+        self._why.pop(name, None)
+        stamped = isinstance(states[-1], dict) and isinstance(states[-1].get("at"), int | float)
+        if stamped:
+            delays = self._delays.setdefault(name, deque(maxlen=OFFSET_READINGS))
+            delays.append(now - states[-1]["at"])
+            offset = min(delays)
+        history = self._history.setdefault(name, deque())
+        for state in states:
+            at = state.get("at") if stamped and isinstance(state, dict) else None
+            history.append((at + offset if isinstance(at, int | float) else now, state))
 
     async def _connect(self, name: str) -> None:
         address = urlsplit(self.stubs[name])
@@ -135,18 +166,19 @@ class StateStreams:
             self._connecting.pop(name, None)
         self._open[name] = _StateLines(sock)
 
-    def states(self) -> tuple[dict[str, Any], dict[str, str]]:
-        """``{"<stub> state": state}`` for each stub whose latest line is fresh (read no longer
-        ago than an interval plus the probe's timeout), and why for each other one, keyed as a
-        GET's would be."""
+    def states(self, at: float | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """``{"<stub> state": state}`` for each stub whose newest state at the moment ``at``
+        (seconds since the epoch; default now) was taken no longer than an interval plus the
+        probe's timeout before it, and why for each other one, keyed as a GET's would be."""
         results: dict[str, Any] = {}
         failed: dict[str, str] = {}
-        now = time.monotonic()
+        moment = time.time() if at is None else at
         max_age_s = self.interval_s + self.timeout_s
         for name in self.stubs:
-            at, state = self._latest.get(name, (None, None))
-            if at is not None and now - at <= max_age_s:
-                results[f"{name} state"] = state
+            taken = next(((t, state) for t, state in reversed(self._history.get(name, ()))
+                          if t <= moment), None)  # fmt: skip
+            if taken is not None and moment - taken[0] <= max_age_s:
+                results[f"{name} state"] = taken[1]
             elif name in self._why:
                 failed[f"{name} state"] = self._why[name]
             else:

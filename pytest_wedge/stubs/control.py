@@ -12,12 +12,13 @@ import contextlib
 import json
 import logging
 import math
+import time
 from typing import Any
 
 from aiohttp import web
 
 from .config import PREALLOC_HOLDS, SLOT_POLICIES
-from .engine import ENGINE
+from .engine import ENGINE, WATCHDOG_TICK_S
 from .faults import FaultError, parse_fault
 
 log = logging.getLogger("pytest_wedge.stubs")
@@ -50,9 +51,12 @@ STREAM_INTERVAL_S = (0.01, 10.0)
 
 
 async def state_stream(request: web.Request) -> web.StreamResponse:
-    """``/control/state`` every ``interval_s`` seconds, one JSON line each, until the client
-    goes. The probe samples the stubs ten times a second: a request each time cost the stub
-    several times what writing one line on an open connection does."""
+    """``/control/state`` every ``interval_s`` seconds, one JSON line each with the moment it
+    was taken (``at``, seconds since the epoch), until the client goes. The probe samples the
+    stubs ten times a second: a request each time cost the stub several times what writing one
+    line on an open connection does. The lines ride the engine's watchdog tick (every 0.05 s,
+    so that is the shortest interval in effect) instead of a timer of their own: waking the
+    event loop cost more than taking and writing the state."""
     try:
         interval_s = float(request.query.get("interval_s", "0.1"))
     except ValueError:
@@ -64,14 +68,30 @@ async def state_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    loop = asyncio.get_running_loop()
+    due = asyncio.Event()
+    next_at = time.time() + interval_s - WATCHDOG_TICK_S / 2  # the first line goes out now
+
+    def on_tick(now: float) -> None:
+        nonlocal next_at
+        if now >= next_at:
+            # Half a tick early: ticks come a little later than their period, never earlier.
+            next_at = now + interval_s - WATCHDOG_TICK_S / 2
+            due.set()
+
+    engine.tick_hooks.append(on_tick)
     # Until the client disconnects: handler_cancellation then cancels this handler, or a
     # write finds the connection gone first.
-    with contextlib.suppress(ConnectionResetError):
-        while True:
-            started = loop.time()
-            await response.write(json.dumps(engine.snapshot()).encode() + b"\n")
-            await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+    try:
+        with contextlib.suppress(ConnectionResetError):
+            while True:
+                # "at": when this state was taken, by this stub's clock. The reader takes the
+                # lines in batches, so their arrival does not date them.
+                line = {**engine.snapshot(), "at": time.time()}
+                await response.write(json.dumps(line).encode() + b"\n")
+                await due.wait()
+                due.clear()
+    finally:
+        engine.tick_hooks.remove(on_tick)
     return response
 
 

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ WATCHDOG_PIN = "inflight pin watchdog"
 TRANSFER_TIMEOUT = "transfer timeout"
 BOOTSTRAP_TIMEOUT = "bootstrap timeout: no decode came for the KV"
 SHUTDOWN = "shutdown"
+WATCHDOG_TICK_S = 0.05
 
 
 @dataclass
@@ -66,6 +68,9 @@ class Engine:
         self._holding: set[Entry] = set()
         self._pins: set[asyncio.Task[None]] = set()
         self._watchdog_task: asyncio.Task[None] | None = None
+        # Called with the time on each watchdog tick: periodic work that rides this wake-up
+        # rather than waking the event loop itself (a wake-up is the costly part of it).
+        self.tick_hooks: list[Callable[[float], None]] = []
 
     # -- request lifecycle -------------------------------------------------------------
     def open(self, info: RequestInfo, state: str) -> Entry:
@@ -94,16 +99,9 @@ class Engine:
             if state == "aborted":
                 self.counters.aborted += 1
             self.ledger.move(entry, state)
-            log.info(
-                "%s %s origin=%s room=%s state=%s tokens=%d%s",
-                self.config.component,
-                entry.request_id,
-                entry.origin,
-                entry.room,
-                state,
-                entry.tokens,
-                f" error={error}" if error else "",
-            )
+            log.info("%s %s origin=%s room=%s state=%s tokens=%d%s", self.config.component,
+                     entry.request_id, entry.origin, entry.room, state, entry.tokens,
+                     f" error={error}" if error else "")  # fmt: skip
         self.free_slot(entry)
 
     async def take_slot(self, entry: Entry) -> None:
@@ -255,12 +253,14 @@ class Engine:
 
     async def _watchdog_loop(self) -> None:
         while True:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(WATCHDOG_TICK_S)
             try:
                 now = time.time()
                 self.check_watchdogs(now)
                 self.prealloc.tick(now)
                 self._purge_rooms()
+                for hook in list(self.tick_hooks):
+                    hook(now)
             except Exception:  # a broken tick must not silently end the watchdog
                 log.exception("watchdog tick failed")
 

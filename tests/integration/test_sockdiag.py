@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_wedge.evidence.linkrates import _ss_socket_bytes
-from pytest_wedge.evidence.sockdiag import socket_bytes
+from pytest_wedge.evidence.sockdiag import SocketCounters, socket_bytes
 from pytest_wedge.waiting import wait_for
 
 pytestmark = [
@@ -64,3 +64,35 @@ def test_only_the_asked_ports_count_however_many_are_asked(connection) -> None:
     wait_for(lambda: socket_bytes(ports).get("link") == {"upstream": 10.0, "downstream": 20.0},
              timeout_s=5, what="the asked port's socket", describe=lambda: repr(socket_bytes(ports)))  # fmt: skip
     assert socket_bytes({}) == {}
+
+
+
+def test_a_meter_dumps_only_when_a_connection_may_have_been_accepted() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        counters = SocketCounters({port: "link"})
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                _exchange(accepted, client, up=100, down=200)
+                wait_for(lambda: counters.read() == {"link": {"upstream": 100.0,
+                                                              "downstream": 200.0}},
+                         timeout_s=5, what="the first reads' counters")  # fmt: skip
+                # With no connection accepted meanwhile, a read asks for the known socket by
+                # its address. Other programs on the machine may accept connections meanwhile
+                # (each costs one more dump): most reads, not all, must go without one.
+                dumps = counters.dumps
+                for up in range(1, 11):
+                    _exchange(accepted, client, up=1, down=0)
+                    wait_for(lambda up=up: counters.read()["link"]["upstream"] == 100.0 + up,
+                             timeout_s=5, what=f"{up} more bytes up")  # fmt: skip
+                assert counters.dumps - dumps < 5, "lookups of the known socket, not dumps"
+                # A connection accepted now is found; once it closes it leaves the sums.
+                with socket.create_connection(("127.0.0.1", port)) as second_client:
+                    second, _ = server.accept()
+                    with second:
+                        _exchange(second, second_client, up=7, down=0)
+                        wait_for(lambda: counters.read()["link"]["upstream"] == 117.0,
+                                 timeout_s=5, what="the new connection's bytes")  # fmt: skip
+                wait_for(lambda: counters.read()["link"]["upstream"] == 110.0, timeout_s=5,
+                         what="the closed connection to leave the sums")  # fmt: skip
