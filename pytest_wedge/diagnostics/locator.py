@@ -41,10 +41,17 @@ def wedged_records(snapshot: Snapshot, overdue_after_s: float, window_s: float,
 
 def origin_rates(snapshot: Snapshot, component: str, window_s: float = 0.5) -> dict[str, float]:
     """Tokens per second by origin: from two samples of the cumulative counters when they are
-    far enough apart, else estimated from the ledger entries over the last ``window_s``."""
-    after = snapshot.stub_states.get(component, {}).get("tokens_by_origin")
-    before = snapshot.stub_states_before.get(component, {}).get("tokens_by_origin")
-    dt = snapshot.taken_at - (snapshot.before_at or snapshot.taken_at)
+    far enough apart, else estimated from the ledger entries over the last ``window_s``. Two
+    states that say when the stub took them (``at``) are timed by that: a streamed state can be
+    an interval older than the sample that carries it."""
+    state_after = snapshot.stub_states.get(component, {})
+    state_before = snapshot.stub_states_before.get(component, {})
+    after, before = state_after.get("tokens_by_origin"), state_before.get("tokens_by_origin")
+    at_after, at_before = state_after.get("at"), state_before.get("at")
+    if isinstance(at_after, int | float) and isinstance(at_before, int | float):
+        dt = at_after - at_before
+    else:
+        dt = snapshot.taken_at - (snapshot.before_at or snapshot.taken_at)
     if after is not None and before is not None and dt >= MIN_RATE_WINDOW_S:
         return {o: max(0.0, (n - before.get(o, 0)) / dt) for o, n in after.items()}
     now, start = snapshot.taken_at, snapshot.taken_at - window_s

@@ -4,8 +4,8 @@ The probe samples every stub's state every tick (ten times a second by default).
 time, that was the largest part of what the probe cost: the stub's web server handling a request
 (about 0.3 ms of its CPU) and the sampler sending it (0.2 ms), per stub and tick, so 160 requests
 a second on an 8P+8D topology. A stub's ``/control/state/stream?interval_s=...`` instead writes
-its state as one JSON line on an open connection every interval, stamped with the moment it was
-taken (``at``, by the stub's clock). The sampler does not even wake up for the lines: their
+its state as one JSON line on an open connection every interval (the state says when it was
+taken: ``at``, by the stub's clock). The sampler does not even wake up for the lines: their
 sockets are not watched by its event loop, and it reads them in batches, on its slow ticks (the
 kernel keeps them meanwhile). Every line is kept for a few seconds, so the state at any recent
 moment can be read back: that is how the sampler fills in the fast samples between two slow
@@ -18,8 +18,9 @@ is the clocks' difference plus the shortest wait of a line in the kernel.
 A state counts only while it is fresh: a paused or wedged stub stops writing, and once no line
 has come for an interval plus the probe's timeout its state reads as unanswered, as a GET to it
 would time out. A lost connection (the stub stopped or restarted) is opened again at the next
-tick. Slow ticks still GET the states: the oracle's per-origin rates need a state read at the
-sample's own moment.
+tick. Slow samples take the streamed states too, and GET only the state of a stub whose stream
+has none fresh. A state says when it was taken (``at``): the oracle's per-origin rates are
+timed by it, not by the sample that carries it.
 """
 
 from __future__ import annotations

@@ -84,10 +84,9 @@ async def state_stream(request: web.Request) -> web.StreamResponse:
     try:
         with contextlib.suppress(ConnectionResetError):
             while True:
-                # "at": when this state was taken, by this stub's clock. The reader takes the
-                # lines in batches, so their arrival does not date them.
-                line = {**engine.snapshot(), "at": time.time()}
-                await response.write(json.dumps(line).encode() + b"\n")
+                # The state's "at" dates it: the reader takes the lines in batches, so their
+                # arrival does not.
+                await response.write(json.dumps(engine.snapshot()).encode() + b"\n")
                 await due.wait()
                 due.clear()
     finally:

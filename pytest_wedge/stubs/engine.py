@@ -208,21 +208,10 @@ class Engine:
             setattr(self, name, value)
 
     def _fire(self, watchdog: str, entry: Entry, reason: str) -> None:
-        self.firings.append(
-            {
-                "watchdog": watchdog,
-                "at": time.time(),
-                "request_id": entry.request_id,
-                "room": entry.room,
-            }
-        )
-        log.warning(
-            "%s watchdog %s fired for %s room=%s",
-            self.config.component,
-            watchdog,
-            entry.request_id,
-            entry.room,
-        )
+        self.firings.append({"watchdog": watchdog, "at": time.time(),
+                             "request_id": entry.request_id, "room": entry.room})  # fmt: skip
+        log.warning("%s watchdog %s fired for %s room=%s", self.config.component, watchdog,
+                    entry.request_id, entry.room)  # fmt: skip
         self.release(entry, reason)
 
     def check_watchdogs(self, now: float) -> None:
@@ -313,6 +302,7 @@ class Engine:
     def snapshot(self) -> dict[str, Any]:
         led = self.ledger
         return {
+            "at": time.time(),  # when it was taken, by this stub's clock
             "component": self.config.component,
             "role": self.config.role,
             "instance": self.config.instance_id,

@@ -181,6 +181,19 @@ def test_red_herring_rates_come_from_two_samples_of_per_origin_counters() -> Non
     assert "decode-0 generating 53 tok/s, 100 % stray-1 (harness: 0 tok/s)" in herring
 
 
+def test_red_herring_rates_are_timed_by_when_the_stub_took_its_states() -> None:
+    # Streamed states can be an interval older than the samples that carry them: the stub's
+    # own "at" times the rate (53 tokens in 0.5 s), not the samples' moments (1 s apart).
+    snap = snapshot([record(i) for i in range(30)], components={"router": "paused"})
+    snap.stub_states_before = {"decode-0": {"at": NOW - 0.6,
+                                            "tokens_by_origin": {"stray-1": 1000}}}
+    snap.stub_states = {"decode-0": {"at": NOW - 0.1, "tokens_by_origin": {"stray-1": 1053}}}
+    snap.before_at = NOW - 1.0
+    herring = next(h for h in assert_located(snap, "router").red_herrings
+                   if h.startswith("decode-0"))  # fmt: skip
+    assert "decode-0 generating 106 tok/s, 100 % stray-1" in herring
+
+
 def test_other_origins_stuck_are_counted_but_do_not_move_the_location() -> None:
     stray_stuck = [record(i, origin="stray-1") for i in range(50)]
     snap = snapshot([record(i) for i in range(3)] + stray_stuck, components={"router": "paused"})
