@@ -12,8 +12,9 @@ work takes 7 ms per request in one minute and 12 in the next), far more than the
 the two runs of a pair are adjacent in time, so a drift falls on both, and the median sets
 aside the pairs a step in speed cut in two. ``probe_overhead_pct_of_medians`` is the drop of
 the on and off medians, the same figure without pairing, for comparison.
-``probe_overhead_pct_stderr`` is the figure's standard error: the pairs' drops spread by about
-7 points on this machine, so with 20 pairs the median is known to about 2 points.
+``probe_overhead_pct_stderr`` is the figure's standard error: the pairs' drops spread by 7-10
+points on this machine (hypervisor steal explains most of a run's speed), so even with 30 pairs
+the median is known to only about 2 points.
 
 Throughput on a shared machine is noisy, so each run's CPU time is also measured: this process,
 every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
@@ -40,7 +41,7 @@ from pytest_wedge.handle import Wedge
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.topology.session import WedgeSession
 
-PAIRS = 20
+PAIRS = 30
 AGENTS, ROUNDS = 30, 40
 PROBE_INTERVAL_S = float(SETTINGS["wedge_probe_interval"].default)
 
