@@ -171,6 +171,8 @@ class Topology:
             else:
                 wait_url_router(self.http, spec.router, self.router_url, remaining)
         except BaseException:
+            if warming is not None:  # a fork server still starting would keep the stubs' ports
+                wait([warming])
             self.close()
             raise
         return self
