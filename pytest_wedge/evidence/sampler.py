@@ -112,8 +112,8 @@ class FastFill:
         self.since: float | None = None  # the moment of the last sample, fast or slow
 
     def due(self, now: float, *, to_the_end: bool = False) -> list[Snapshot]:
-        """Those before ``now``'s slow sample (``to_the_end``: up to ``now`` itself, when no
-        slow sample follows)."""
+        """Those before a slow sample taken at ``now`` (``to_the_end``: up to ``now`` itself,
+        when no slow sample follows)."""
         if self.since is None:
             return []
         intervals = (now - self.since) / self.interval_s
@@ -135,17 +135,24 @@ async def sample_async(topology: Topology, session: async_fetch.Session, timeout
     """One sample as the sampler takes it: the same jobs on one event loop, no runtime view.
     With ``streams``, the stubs' states come from their streams instead of being asked for
     (each carries the moment it was taken, ``at``); a slow sample still asks a stub whose
-    stream has no fresh state (not open yet, or the stub is silent), as it would without one."""
+    stream has no fresh state (not open yet, or the stub is silent), as it would without one.
+    The streamed states are those of the sample's moment, when its fetches are done."""
     started = time.time()
     jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=False)
-    streamed: tuple[dict[str, Any], dict[str, str]] = ({}, {})
+    streamed: set[str] = set()
     if streams is not None:
         fresh, silent = streams.states()
-        streamed = (fresh, {} if slow else silent)
-        for key in [*fresh, *streamed[1]]:
+        streamed = {*fresh, *({} if slow else silent)}
+        for key in streamed:
             jobs.pop(key, None)
     results, failed = await async_fetch.gather(session, jobs, timeouts)
-    return _snapshot(topology, started, results | streamed[0], failed | streamed[1])
+    if streamed and streams is not None:
+        if jobs:  # the fetches took time: what came meanwhile, and who went silent
+            streams.tick()
+        fresh, silent = streams.states()
+        results |= {key: state for key, state in fresh.items() if key in streamed}
+        failed |= {key: why for key, why in silent.items() if key in streamed}
+    return _snapshot(topology, started, results, failed)
 
 
 def closed_counters(snapshot: Snapshot) -> dict[str, dict[str, float]] | None:
@@ -291,12 +298,12 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
             streams.tick()
             frame: tuple[Any, ...]
             try:
-                for fast in fill.due(time.time()) if fill is not None else []:
-                    outbox.put(("sample", False, fast), now=False)
                 snapshot = await sample_async(topology, session, timeout_s, slow=slow,
                                               streams=streams)  # fmt: skip
                 frame = ("sample", slow, snapshot)
-                if fill is not None:
+                if fill is not None:  # the fast samples up to this one's moment, in order
+                    for fast in fill.due(snapshot.taken_at):
+                        outbox.put(("sample", False, fast), now=False)
                     fill.since = snapshot.taken_at
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None

@@ -11,9 +11,10 @@ kernel keeps them meanwhile). Every line is kept for a few seconds, so the state
 moment can be read back: that is how the sampler fills in the fast samples between two slow
 ones without waking up for each (on this machine a wake-up alone cost a process about 0.3 ms).
 
-A stub's clock need not be the sampler's (a remote Docker engine): a line's moment is its
-``at`` shifted by the smallest delay between a line's ``at`` and its reading seen lately, which
-is the clocks' difference plus the shortest wait of a line in the kernel.
+A stub's clock need not be the sampler's (a remote Docker engine): a moment is mapped onto the
+stub's clock by the smallest delay between a line's ``at`` and its reading seen lately, which
+is the clocks' difference plus the shortest wait of a line in the kernel (0 until a few
+readings agree, unless one shows the stub's clock ahead).
 
 A state counts only while it is fresh: a paused or wedged stub stops writing, and once no line
 has come for an interval plus the probe's timeout its state reads as unanswered, as a GET to it
@@ -91,8 +92,11 @@ class _StateLines:
             self.sock.close()
 
 
-# How many recent (reading time - line's "at") delays give a stub's clock offset.
+# How many recent (reading time - newest line's "at") delays give a stub's clock offset, and
+# how many it takes before a positive one is believed: the first readings of a stream that
+# stopped at once (a pause right after the probe started) would shift every line by the pause.
 OFFSET_READINGS = 20
+OFFSET_TRUSTED_AFTER = 5
 
 
 class StateStreams:
@@ -106,7 +110,8 @@ class StateStreams:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.keep_s = keep_s
-        self._history: dict[str, deque[tuple[float, Any]]] = {}  # name -> (moment, state)
+        # name -> (when the stub took it, by its clock, or when it was read; state)
+        self._history: dict[str, deque[tuple[float, Any]]] = {}
         self._delays: dict[str, deque[float]] = {}  # name -> recent reading delays
         self._why: dict[str, str] = {}  # name -> why its stream gives no state
         self._open: dict[str, _StateLines] = {}
@@ -125,8 +130,20 @@ class StateStreams:
             elif name not in self._connecting:
                 self._connecting[name] = asyncio.create_task(self._connect(name))
             history = self._history.get(name)
-            while history and len(history) > 1 and history[0][0] < now - self.keep_s:
+            oldest = now - self._offset(name) - self.keep_s
+            while history and len(history) > 1 and history[0][0] < oldest:
                 history.popleft()
+
+    def _offset(self, name: str) -> float:
+        """Seconds to add to a time on stub ``name``'s clock to get this one's: the smallest
+        delay between a line's ``at`` and its reading, which is the clocks' difference plus
+        the shortest wait of a line in the kernel; 0 until there are enough readings, unless
+        one already shows the stub's clock ahead."""
+        delays = self._delays.get(name)
+        if not delays:
+            return 0.0
+        smallest = min(delays)
+        return smallest if smallest < 0 or len(delays) >= OFFSET_TRUSTED_AFTER else 0.0
 
     def _file(self, name: str, lines: list[bytes], now: float) -> None:
         states: list[Any] = []
@@ -142,11 +159,11 @@ class StateStreams:
         if stamped:
             delays = self._delays.setdefault(name, deque(maxlen=OFFSET_READINGS))
             delays.append(now - states[-1]["at"])
-            offset = min(delays)
         history = self._history.setdefault(name, deque())
         for state in states:
             at = state.get("at") if stamped and isinstance(state, dict) else None
-            history.append((at + offset if isinstance(at, int | float) else now, state))
+            history.append((at if isinstance(at, int | float) else now - self._offset(name),
+                            state))  # fmt: skip
 
     async def _connect(self, name: str) -> None:
         address = urlsplit(self.stubs[name])
@@ -176,9 +193,10 @@ class StateStreams:
         moment = time.time() if at is None else at
         max_age_s = self.interval_s + self.timeout_s
         for name in self.stubs:
+            theirs = moment - self._offset(name)  # the moment on the stub's clock
             taken = next(((t, state) for t, state in reversed(self._history.get(name, ()))
-                          if t <= moment), None)  # fmt: skip
-            if taken is not None and moment - taken[0] <= max_age_s:
+                          if t <= theirs), None)  # fmt: skip
+            if taken is not None and theirs - taken[0] <= max_age_s:
                 results[f"{name} state"] = taken[1]
             elif name in self._why:
                 failed[f"{name} state"] = self._why[name]

@@ -88,3 +88,30 @@ def test_fast_samples_carry_the_streamed_states(wedge):
                              and s not in probe._slow] or None,
                     timeout_s=30, what="a fast sample with decode-0's state")  # fmt: skip
     assert isinstance(fast[-1], Snapshot) and fast[-1].stub_states["decode-0"]["role"] == "decode"
+
+
+def test_fast_samples_between_slow_ones_are_an_interval_apart_and_show_a_pause(wedge):
+    """The sampler wakes on slow ticks only and fills in the fast samples from the streamed
+    states, each at its own moment: a pause shows in the samples of its moments."""
+    probe = wedge.probe
+    assert probe is not None and probe.interval_s == 0.1
+    pause = wedge.apply(Pause("decode-0"))
+    time.sleep(1.5)  # the fault's length: three slow intervals
+    wedge.revert(pause)
+    (window,) = [w for w in wedge.faults.windows if w.fault is pause]
+    assert window.ended is not None
+    wait_for(lambda: probe.samples()[-1].taken_at > window.ended + 1.0, timeout_s=30,
+             what="samples from a second after the pause")  # fmt: skip
+    samples = [s for s in probe.samples() if s.taken_at > window.started - 1.0]
+    gaps = [b.taken_at - a.taken_at for a, b in zip(samples, samples[1:])]
+    assert max(gaps) < 0.35 and sorted(gaps)[len(gaps) // 2] == pytest.approx(0.1, abs=0.03)
+    # Once its newest line is older than an interval plus the timeout (0.3 s; the stop itself
+    # can land a moment after the window opens), decode-0 is silent and prefill-0 is not; half
+    # a second after the pause ended, both answer.
+    during = [s for s in samples if window.started + 0.6 < s.taken_at < window.ended]
+    after = [s for s in samples if s.taken_at > window.ended + 0.5]
+    seen = [(round(s.taken_at - window.started, 3), sorted(s.stub_states), s.unanswered)
+            for s in samples]  # fmt: skip
+    assert during and all("decode-0" not in s.stub_states and "prefill-0" in s.stub_states
+                          for s in during), seen  # fmt: skip
+    assert after and all({"decode-0", "prefill-0"} <= set(s.stub_states) for s in after), seen
