@@ -4,6 +4,7 @@ fresh state per fast sample, and a paused or gone stub reads as unanswered, not 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -103,7 +104,7 @@ def test_fast_samples_between_slow_ones_are_an_interval_apart_and_show_a_pause(w
     wait_for(lambda: probe.samples()[-1].taken_at > window.ended + 1.0, timeout_s=30,
              what="samples from a second after the pause")  # fmt: skip
     samples = [s for s in probe.samples() if s.taken_at > window.started - 1.0]
-    gaps = [b.taken_at - a.taken_at for a, b in zip(samples, samples[1:])]
+    gaps = [b.taken_at - a.taken_at for a, b in itertools.pairwise(samples)]
     assert max(gaps) < 0.35 and sorted(gaps)[len(gaps) // 2] == pytest.approx(0.1, abs=0.03)
     # Once its newest line is older than an interval plus the timeout (0.3 s; the stop itself
     # can land a moment after the window opens), decode-0 is silent and prefill-0 is not; half
