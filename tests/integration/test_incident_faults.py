@@ -92,6 +92,30 @@ def test_router_pause_with_stray_load_masks_the_wedge(any_runtime_wedge):
     wedge.assert_nothing_lost("harness")
 
 
+def test_a_co_restart_has_the_whole_pair_down_before_either_comes_back(wedge, monkeypatch):
+    # A prefill started while its old decode still ran took that decode's retried KV fetches
+    # and paired with it: the new decode's fetches were then held, and the wedge stayed.
+    runtime = wedge.topology.runtime
+    calls: list[tuple[str, str, int | None]] = []
+
+    def recorded(action: str):
+        real = getattr(runtime, action)
+
+        def record(name: str) -> None:
+            calls.append((action, name, runtime.pid("decode-0")))
+            real(name)
+        return record
+
+    for action in ("kill", "restart"):
+        monkeypatch.setattr(runtime, action, recorded(action))
+    old_decode = runtime.pid("decode-0")
+    wedge.apply(CoRestart("decode-0"))
+    first_start = next(i for i, (action, _, _) in enumerate(calls) if action == "restart")
+    assert {name for action, name, _ in calls[:first_start]} == {"prefill-0", "decode-0"}
+    assert calls[first_start][2] is None, "the old decode is dead when the first comes back"
+    assert runtime.pid("decode-0") not in (None, old_decode)
+
+
 @pytest.mark.wedge(router_args=["--cb-timeout-duration-secs", "1"])
 def test_decode_only_restart_wedges_transfer_until_co_restart(wedge):
     assert wedge.harness(agents=1, rounds=1).wait(10)  # the prefill pairs with this decode
