@@ -8,7 +8,7 @@ Layout of the artifacts directory::
     run-7/                this run: component logs per xdist worker, tests/<test id>/...
     run-6/ run-5/         older runs, removed beyond the number kept
 
-A run folder holds a ``.lock`` naming the process that owns the run (``pid create_time``) while
+A run folder holds a ``.lock`` naming the process that owns the run (``pid start``) while
 the run lasts, so a run that starts while another is still going never removes the folder under
 its feet. The folder is made on first use, so a run without wedge tests makes none. Under
 pytest-xdist the owner is the controller: the first worker that needs the folder makes it, and
@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
+from pytest_wedge.runtime.owners import process_identity, same_process
 
 RUN_PREFIX = "run-"
 LATEST = "latest"
@@ -48,9 +48,8 @@ def _owner_alive(run: Path) -> bool:
     """True when the process named in the run's lock still runs (a crash leaves a stale one)."""
     try:
         pid_text, _, started = (run / LOCK).read_text().partition(" ")
-        process = psutil.Process(int(pid_text))
-        return abs(process.create_time() - float(started)) < 1.0
-    except (OSError, ValueError, psutil.Error):
+        return same_process(int(pid_text), started.strip())
+    except (OSError, ValueError):
         return False
 
 
@@ -81,9 +80,9 @@ def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> li
 
 
 def this_process() -> str:
-    """The owner token of a run made by this process: ``pid create_time``."""
-    me = psutil.Process()
-    return f"{me.pid} {me.create_time()}"
+    """The owner token of a run made by this process: ``pid start`` (its start ticks since
+    boot, which no step of the wall clock moves: see ``runtime/owners.py``)."""
+    return f"{os.getpid()} {process_identity(os.getpid())}"
 
 
 @contextlib.contextmanager

@@ -5,24 +5,59 @@ PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import psutil
 
 from pytest_wedge.runtime.base import OWNER_ENV
 
+# A start given as a wall-clock time (psutil's create_time, where /proc has no start ticks)
+# matches within this much: it is the boot time plus the start ticks, and the boot time moves
+# with every step of the wall clock.
+WALL_CLOCK_SLACK_S = 1.0
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``, field 22): the
+    kernel's own count, which no step of the wall clock changes (None where there is no /proc).
+    A create time on the wall clock is off by as much as the clock was stepped since boot: a
+    VM restored from a snapshot stepped it, every live owner then read as dead, and the next
+    session's sweep killed a running session's Toxiproxy and stubs."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_identity(pid: int) -> str:
+    """``pid``'s start, as a tag compares it: ``t<ticks since boot>``, else its create time.
+    ``psutil.NoSuchProcess`` when it is gone."""
+    ticks = start_ticks(pid)
+    return f"t{ticks}" if ticks is not None else f"{psutil.Process(pid).create_time():.3f}"
+
+
+def same_process(pid: int, identity: str) -> bool:
+    """Whether ``pid`` is still the process that had ``identity`` (a PID can be reused)."""
+    try:
+        if identity.startswith("t"):
+            return start_ticks(pid) == int(identity[1:])
+        return abs(psutil.Process(pid).create_time() - float(identity)) < WALL_CLOCK_SLACK_S
+    except (ValueError, psutil.Error):
+        return False
+
 
 def owner_tag() -> str:
-    """``pid:create_time`` of this process: a PID alone can be reused after a SIGKILL."""
-    me = psutil.Process()
-    return f"{me.pid}:{me.create_time():.3f}"
+    """``pid:start`` of this process (see :func:`process_identity`)."""
+    return f"{os.getpid()}:{process_identity(os.getpid())}"
 
 
 def owner_alive(tag: str) -> bool:
-    pid_text, _, created = tag.partition(":")
+    pid_text, _, identity = tag.partition(":")
     try:
-        owner = psutil.Process(int(pid_text))
-        return f"{owner.create_time():.3f}" == created
-    except (ValueError, psutil.NoSuchProcess, psutil.AccessDenied):
+        return same_process(int(pid_text), identity)
+    except ValueError:
         return False
 
 

@@ -3,7 +3,7 @@
 An inner pytest runs with ``WEDGE_LEAK_MARK`` in its environment (the approach of
 tests/plugin/test_plugin_surface.py): every process it starts inherits the mark, so a psutil
 scan finds them all. Containers do not inherit it; they carry the owner label (the inner
-pytest's ``pid:create_time``). ``TMPDIR`` points at a private directory that must end empty,
+pytest's owner tag, ``pid:start``). ``TMPDIR`` points at a private directory that must end empty,
 and the inner test writes its Toxiproxy API address and proxies to a JSON file, which is also
 how the outer test knows the topology is up.
 """
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
+from pytest_wedge.runtime.owners import process_identity
 from pytest_wedge.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,7 +155,7 @@ class LeakProbe:
             )
         self._procs.append(proc)
         with contextlib.suppress(psutil.NoSuchProcess):
-            self.owners.append(f"{proc.pid}:{psutil.Process(proc.pid).create_time():.3f}")
+            self.owners.append(f"{proc.pid}:{process_identity(proc.pid)}")
         return proc
 
     def close(self) -> None:

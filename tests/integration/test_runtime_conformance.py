@@ -151,11 +151,11 @@ def test_sweep_removes_dead_owners_containers_only() -> None:
         sweep_containers,
     )
     from pytest_wedge.runtime.images import ensure_image
-    from pytest_wedge.runtime.owners import owner_tag
+    from pytest_wedge.runtime.owners import owner_tag, process_identity
 
     # An owner that really lived and is now gone (a made-up PID could be a live process).
     gone = psutil.Process(subprocess.Popen([sys.executable, "-c", "pass"]).pid)
-    dead_owner = f"{gone.pid}:{gone.create_time():.3f}"
+    dead_owner = f"{gone.pid}:{process_identity(gone.pid)}"
     gone.wait(timeout=10)
     image = ensure_image(client).tag
     command = [sys.executable, "-c", "import time; time.sleep(300)"]
