@@ -50,7 +50,12 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
-from pytest_wedge.evidence.linkrates import OpenSocketBytes, Totals, add_counters
+from pytest_wedge.evidence.linkrates import (
+    LINK_WALK_GAP_S,
+    OpenSocketBytes,
+    Totals,
+    add_counters,
+)
 from pytest_wedge.evidence.observe import Jobs, observed_jobs
 from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
 from pytest_wedge.evidence.state_stream import StateStreams
@@ -164,7 +169,9 @@ def closed_counters(snapshot: Snapshot) -> dict[str, dict[str, float]] | None:
 
 class LinkSeries:
     """Every link's bytes so far (Toxiproxy's closed connections plus the kernel's open ones),
-    one point per slow tick, bounded."""
+    one point per slow tick (per :data:`LINK_WALK_GAP_S` while connections keep being
+    accepted), bounded. Every point is complete: a point between two walks would miss the
+    bytes of connections accepted since the last."""
 
     def __init__(self, topology: Topology, maxlen: int) -> None:
         self.ports = {link.listen_port: name for name, link in topology.links.items()}
@@ -176,6 +183,8 @@ class LinkSeries:
         """A point from Toxiproxy's counters just read (None: they did not answer)."""
         if closed is None:
             self.errors += 1
+            return
+        if not self.kernel.due(LINK_WALK_GAP_S):
             return
         try:
             live = self.kernel.read()

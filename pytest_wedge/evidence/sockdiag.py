@@ -234,6 +234,11 @@ class SocketCounters:
         self.opens: int | None = None
         self.dumps = 0  # how many reads dumped (for tests and measurements)
 
+    def would_dump(self) -> bool:
+        """Whether a read now would dump (a connection may have been accepted since the last)."""
+        opens = passive_opens()
+        return self.ids is None or opens is None or opens != self.opens
+
     def read(self) -> dict[str, dict[str, float]]:
         if not self.ports:
             return {}

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_wedge.evidence.linkrates import _ss_socket_bytes
+from pytest_wedge.evidence.linkrates import OpenSocketBytes, _ss_socket_bytes
 from pytest_wedge.evidence.sockdiag import SocketCounters, socket_bytes
 from pytest_wedge.waiting import wait_for
 
@@ -96,3 +96,21 @@ def test_a_meter_dumps_only_when_a_connection_may_have_been_accepted() -> None:
                                  timeout_s=5, what="the new connection's bytes")  # fmt: skip
                 wait_for(lambda: counters.read()["link"]["upstream"] == 110.0, timeout_s=5,
                          what="the closed connection to leave the sums")  # fmt: skip
+
+
+def test_a_meter_spaces_its_walks_of_the_table_while_connections_keep_coming(
+    connection: tuple[int, socket.socket, socket.socket],
+) -> None:
+    """Under a churn of connections every read would dump the kernel's whole table: a meter
+    asks ``due`` first, which says no within the gap since the last walk, and yes after it."""
+    port, accepted, client = connection
+    meter = OpenSocketBytes({port: "link"})
+    assert meter.due(60.0), "nothing read yet: the first read is due"
+    _exchange(accepted, client, up=5, down=0)
+    assert meter.read()["link"]["upstream"] == 5.0
+    assert meter.walked_at is not None, "the first read dumps"
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        with socket.create_connection(other.getsockname()[:2]):
+            other.accept()[0].close()  # one more passive open: the next read would dump
+            assert not meter.due(60.0), "a walk within the gap waits"
+            assert meter.due(0.0), "after the gap it is due again"
