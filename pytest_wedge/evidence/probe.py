@@ -13,9 +13,10 @@ link's bytes for the timeline's link lanes (:meth:`Probe.link_series`, the sourc
 :class:`~pytest_wedge.evidence.linkrates.LinkMeter`). That process is forked from a
 pre-imported parent, the zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so
 a probe costs a fork, not an interpreter's imports. Here a reader thread, blocked on a pipe
-most of the time, unpickles each sample and adds to each slow one what only this process
-knows: the runtime's view of the components (paused, stopped, restarted). Samples keep their
-type, :class:`Snapshot`.
+most of the time, keeps each sample as its sampler pickled it and adds to each slow one what
+only this process knows: the runtime's view of the components (paused, stopped, restarted). A
+sample is unpickled when it is first read (most never are, and this process shares its
+interpreter lock with the harness). Samples keep their type, :class:`Snapshot`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
+from pytest_wedge.evidence.frames import read_frame
 from pytest_wedge.evidence.launch import (
     FIRST_FORK_TIMEOUT_S,
     ForkedChild,
@@ -39,7 +40,8 @@ from pytest_wedge.evidence.launch import (
     reap,
     zygote_warm,
 )
-from pytest_wedge.evidence.sampler import config_line, read_frame, sample_once
+from pytest_wedge.evidence.sample_store import Components, KeptSample, SampleStore
+from pytest_wedge.evidence.sampler import config_line, sample_once
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
 
@@ -81,9 +83,7 @@ class Probe:
         # the proxies' state are costlier to render and change rarely, so only every
         # ``slow_every``-th sample reads them.
         self.slow_every = max(1, slow_every)
-        self._samples: deque[Snapshot] = deque(maxlen=maxlen)
-        self._slow: deque[Snapshot] = deque(maxlen=maxlen)
-        self._lock = threading.Lock()
+        self._store = SampleStore(maxlen, self._count_error)
         self.errors = 0  # ticks that failed as a whole, and lines that did not decode
         self.last_error: str | None = None
         self.failure: ProbeError | None = None
@@ -182,10 +182,7 @@ class Probe:
         except Exception as exc:  # the sampler's own samples follow anyway
             self._count_error(f"first sample: {type(exc).__name__}: {exc}")
             return
-        with self._lock:
-            if not self._samples:  # else the sampler was first: keep the series in order
-                self._samples.append(snapshot)
-                self._slow.append(snapshot)
+        self._store.add_first(snapshot)
 
     def _read(self) -> None:
         process, stdout = self._process, self._stdout
@@ -212,7 +209,7 @@ class Probe:
                 facts={
                     "sampler pid": process.pid,
                     "exit code": code,
-                    "samples received": len(self._samples),
+                    "samples received": len(self._store),
                 },
                 log_tail=self._stderr_tail(),
                 fix="the log tail says why; a negative exit code is the signal that ended it "
@@ -228,21 +225,19 @@ class Probe:
             self._series = (int(frame[1]), list(frame[2]))
             self._series_answered.set()
             return
-        if frame[0] != "sample" or not isinstance(frame[2], Snapshot):
+        if frame[0] != "sample" or len(frame) != 4 or not isinstance(frame[2], float):
             self._count_error(str(frame[1]) if frame[0] == "error" else f"odd frame {frame[0]!r}")
             return
-        _, slow, snapshot = frame
+        slow = bool(frame[1])
         # With the slow samples only, like the router's metrics: reading each component's state
         # from the runtime and /proc is most of this process's share of the probe's cost.
+        components: Components = None
         if slow:
             try:
-                snapshot.components = component_states(self.topology)
+                components = component_states(self.topology)
             except Exception as exc:  # as in a snapshot: a runtime that did not answer
-                snapshot.unanswered["components"] = f"{type(exc).__name__}: {exc}"[:200]
-        with self._lock:
-            self._samples.append(snapshot)
-            if slow:
-                self._slow.append(snapshot)
+                components = f"{type(exc).__name__}: {exc}"[:200]
+        self._store.add(KeptSample(frame[2], frame=frame, components=components), slow=slow)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -306,29 +301,22 @@ class Probe:
 
     def latest(self, min_age_s: float = 0.0) -> Snapshot | None:
         """The newest sample at least ``min_age_s`` old (a rate needs some distance)."""
-        cutoff = time.time() - min_age_s
-        with self._lock:
-            for snapshot in reversed(self._samples):
-                if snapshot.taken_at <= cutoff:
-                    return snapshot
-        return None
+        return self._store.latest(time.time() - min_age_s, slow=False)
 
     def latest_slow(self, min_age_s: float = 0.0) -> Snapshot | None:
         """The newest slow sample (engine, router and link counters) at least ``min_age_s``
         old."""
-        cutoff = time.time() - min_age_s
-        with self._lock:
-            return next((s for s in reversed(self._slow) if s.taken_at <= cutoff), None)
+        return self._store.latest(time.time() - min_age_s, slow=True)
 
     def slow_before(self, at: float) -> Snapshot | None:
         """The newest slow sample taken at or before ``at``, else the oldest one kept."""
-        with self._lock:
-            found = next((s for s in reversed(self._slow) if s.taken_at <= at), None)
-            return found or (self._slow[0] if self._slow else None)
+        return self._store.latest(at, slow=True) or self._store.oldest_slow()
 
     def samples(self) -> list[Snapshot]:
-        with self._lock:
-            return list(self._samples)
+        return self._store.samples()
+
+    def slow_samples(self) -> list[Snapshot]:
+        return self._store.samples(slow=True)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -2,14 +2,14 @@
 
 ``python -m pytest_wedge.evidence.sampler`` reads one JSON line on stdin (the
 :class:`~pytest_wedge.evidence.target.ProbeTarget` and the timing), then writes one frame per
-tick on stdout: a 4-byte big-endian length and a pickle of ``("sample", slow, Snapshot)``, or
-of ``("error", text)`` for a tick that failed as a whole. A slow tick's frame goes out at once,
-a fast tick's with the next slow one (:class:`Outbox`). When the stubs' state streams carry all
-that a fast sample reads, the program wakes on slow ticks only and fills in the fast samples
-between them from the streamed states (:class:`FastFill`): on this machine a wake-up alone cost
-a process about 0.3 ms, more than a fast sample's work. Pickle, not JSON: the reader is the
-probe that started this program, with the same code, and a pickle costs it a fraction of
-decoding JSON and rebuilding the dataclasses.
+tick on stdout (``evidence/frames.py``): ``("sample", slow, taken_at, pickled Snapshot)``
+(:func:`~pytest_wedge.evidence.frames.sample_frame`: the probe unpickles a sample only when it
+is read), or ``("error", text)`` for a tick that failed as a whole. A slow tick's frame goes
+out at once, a fast tick's with the next slow one
+(:class:`~pytest_wedge.evidence.frames.Outbox`). When the stubs' state streams carry all that
+a fast sample reads, the program wakes on slow ticks only and fills in the fast samples between
+them from the streamed states (:class:`FastFill`): on this machine a wake-up alone cost a
+process about 0.3 ms, more than a fast sample's work.
 
 With ``"links": true`` in its configuration it also meters every link's bytes (what
 :class:`~pytest_wedge.evidence.linkrates.LinkMeter` does in a thread) on each slow tick, from
@@ -39,17 +39,16 @@ import itertools
 import json
 import math
 import os
-import pickle
-import struct
 import sys
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
+from pytest_wedge.evidence.frames import Outbox, sample_frame
 from pytest_wedge.evidence.linkrates import (
     LINK_WALK_GAP_S,
     OpenSocketBytes,
@@ -65,7 +64,6 @@ if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
 
 PROGRAM = "pytest_wedge.evidence.sampler"
-FRAME_HEAD = struct.Struct(">I")
 # Exit code for a bad first line (the probe and the sampler disagree on the protocol).
 BAD_CONFIG = 2
 # The job reading Toxiproxy's per-link counters (``observe.observed_jobs`` names it so too).
@@ -204,51 +202,9 @@ def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_e
     return json.dumps(config).encode() + b"\n"
 
 
-def read_frame(stream: IO[bytes]) -> tuple[Any, ...] | None:
-    """The next frame from the sampler's stdout; None at end of file."""
-    head = stream.read(FRAME_HEAD.size)
-    if len(head) < FRAME_HEAD.size:
-        return None
-    body = stream.read(FRAME_HEAD.unpack(head)[0])
-    frame = pickle.loads(body)  # trusted: our own child process, running this same code
-    return frame if isinstance(frame, tuple) else ("error", f"not a frame: {frame!r}"[:200])
-
-
-def frame_bytes(frame: tuple[Any, ...]) -> bytes:
-    body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-    return FRAME_HEAD.pack(len(body)) + body
-
-
-def write_frame(out: BinaryIO, frame: tuple[Any, ...]) -> None:
-    out.write(frame_bytes(frame))
-    out.flush()
-
-
 # At the end of input, how long the last frames may take to go out before the program ends
 # anyway (a tick may be waiting for a fetch).
 FLUSH_AT_END_S = 1.0
-
-
-class Outbox:
-    """The frames of fast ticks wait here and go out with the next slow tick's, in one write:
-    the probe's reader wakes twice a second, not ten times, in the test process (where each
-    wake-up takes the interpreter lock from the harness). Nothing reads fast samples while a
-    test runs; slow ones go out at once."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.pending: list[bytes] = []
-
-    def put(self, frame: tuple[Any, ...], *, now: bool) -> None:
-        self.pending.append(frame_bytes(frame))
-        if now:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            data, self.pending = b"".join(self.pending), []
-            self.out.write(data)
-            self.out.flush()
 
 
 def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, answer: Any,
@@ -292,7 +248,7 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
             if fill is not None:
                 streams.tick()
                 for fast in fill.due(time.time(), to_the_end=True):
-                    outbox.put(("sample", False, fast), now=False)
+                    outbox.put(sample_frame(False, fast), now=False)
         with contextlib.suppress(OSError):
             outbox.flush()
         os._exit(0)
@@ -309,10 +265,10 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
             try:
                 snapshot = await sample_async(topology, session, timeout_s, slow=slow,
                                               streams=streams)  # fmt: skip
-                frame = ("sample", slow, snapshot)
+                frame = sample_frame(slow, snapshot)
                 if fill is not None:  # the fast samples up to this one's moment, in order
                     for fast in fill.due(snapshot.taken_at):
-                        outbox.put(("sample", False, fast), now=False)
+                        outbox.put(sample_frame(False, fast), now=False)
                     fill.since = snapshot.taken_at
             except Exception as exc:  # one failed tick is evidence, not the end of the probe
                 frame, snapshot = ("error", f"{type(exc).__name__}: {exc}"[:500]), None

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from pytest_wedge.evidence import launch
-from pytest_wedge.evidence.linkrates import LinkMeter
+from pytest_wedge.evidence.linkrates import LINK_WALK_GAP_S, LinkMeter
 from pytest_wedge.evidence.probe import Probe, ProbeError
 from pytest_wedge.waiting import wait_for
 
@@ -52,8 +52,11 @@ def test_the_sampler_meters_the_links_and_the_series_outlives_the_stop(wedge):
                           what="3 points, the last with bytes on router->decode-0")  # fmt: skip
         times = [t for t, _ in series]
         assert times == sorted(times)
-        # One point per slow tick (every 5th of 0.1 s), never one per fast tick.
-        assert 0.3 <= statistics.median(b - a for a, b in itertools.pairwise(times)) < 1.0
+        # One point per slow tick (every 5th of 0.1 s), or while connections keep being
+        # accepted on the machine (the harness's, other tests') one per walk of the kernel's
+        # table, at most every LINK_WALK_GAP_S; never one per fast tick.
+        gap = statistics.median(b - a for a, b in itertools.pairwise(times))
+        assert 0.3 <= gap < LINK_WALK_GAP_S + 0.5 + 0.1
         assert set(series[-1][1]) <= set(wedge.topology.links)
         meter.stop()
     finally:

@@ -13,8 +13,9 @@ import time
 import psutil
 import pytest
 
+from pytest_wedge.evidence.frames import read_frame, sample_of
 from pytest_wedge.evidence.probe import Probe, ProbeError
-from pytest_wedge.evidence.sampler import config_line, read_frame
+from pytest_wedge.evidence.sampler import config_line
 from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.evidence.target import ProbeTarget
 from pytest_wedge.faults import Pause
@@ -173,5 +174,7 @@ def test_fast_frames_wait_for_a_slow_one_and_go_out_at_the_end_of_input(wedge):
         sampler.kill()
         sampler.wait(10)
     assert len(rest) >= 2 and all(frame[:2] == ("sample", False) for frame in rest)
-    times = [first[2].taken_at, *(frame[2].taken_at for frame in rest)]
+    times = [first[2], *(frame[2] for frame in rest)]
     assert times == sorted(times)
+    # Each frame's moment is its snapshot's, which the probe unpickles only when read.
+    assert [sample_of(frame).taken_at for frame in (first, *rest)] == times

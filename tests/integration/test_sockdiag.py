@@ -109,8 +109,8 @@ def test_a_meter_spaces_its_walks_of_the_table_while_connections_keep_coming(
     _exchange(accepted, client, up=5, down=0)
     assert meter.read()["link"]["upstream"] == 5.0
     assert meter.walked_at is not None, "the first read dumps"
-    with socket.create_server(("127.0.0.1", 0)) as other:
-        with socket.create_connection(other.getsockname()[:2]):
-            other.accept()[0].close()  # one more passive open: the next read would dump
-            assert not meter.due(60.0), "a walk within the gap waits"
-            assert meter.due(0.0), "after the gap it is due again"
+    with (socket.create_server(("127.0.0.1", 0)) as other,
+          socket.create_connection(other.getsockname()[:2])):  # fmt: skip
+        other.accept()[0].close()  # one more passive open: the next read would dump
+        assert not meter.due(60.0), "a walk within the gap waits"
+        assert meter.due(0.0), "after the gap it is due again"

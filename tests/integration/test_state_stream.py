@@ -86,7 +86,7 @@ def test_fast_samples_carry_the_streamed_states(wedge):
     probe = wedge.probe
     assert probe is not None
     fast = wait_for(lambda: [s for s in probe.samples()[1:] if "decode-0" in s.stub_states
-                             and s not in probe._slow] or None,
+                             and s not in probe.slow_samples()] or None,
                     timeout_s=30, what="a fast sample with decode-0's state")  # fmt: skip
     assert isinstance(fast[-1], Snapshot) and fast[-1].stub_states["decode-0"]["role"] == "decode"
 
