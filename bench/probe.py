@@ -16,6 +16,12 @@ the on and off medians, the same figure without pairing, for comparison.
 points on this machine (hypervisor steal explains most of a run's speed), so even with 30 pairs
 the median is known to only about 2 points.
 
+Because the pairs' spread hides a cost of 1-2 %, the same drop is also measured amplified:
+``AMPLIFIED`` probes at once (each a full probe, metering the links too) against none, over
+``AMPLIFIED_PAIRS`` pairs. ``probe_overhead_pct_per_probe_amplified`` is that median drop
+divided by ``AMPLIFIED``: the signal grows with the number of probes while the machine's noise
+does not, so it resolves what one probe costs about four times as finely.
+
 Throughput on a shared machine is noisy, so each run's CPU time is also measured: this process,
 every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
 the children this process reaped. ``probe_cpu_s_per_run`` is the difference of the on and off
@@ -36,12 +42,14 @@ import time
 import psutil
 
 from bench.common import report
+from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.handle import Wedge
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.topology.session import WedgeSession
 
 PAIRS = 30
+AMPLIFIED, AMPLIFIED_PAIRS = 4, 10
 AGENTS, ROUNDS = 30, 40
 PROBE_INTERVAL_S = float(SETTINGS["wedge_probe_interval"].default)
 
@@ -83,13 +91,16 @@ def probe_own_cpu_s(wedge: Wedge) -> float:
                        if t.id in ours)  # fmt: skip
 
 
-def harness_run(topology: Topology, probe_interval_s: float) -> tuple[float, float, float]:
+def harness_run(topology: Topology, probe_interval_s: float, extra_probes: int = 0
+                ) -> tuple[float, float, float]:  # fmt: skip
     """One harness run (``AGENTS`` x ``ROUNDS``) through the router: completed requests/s, the
     CPU-seconds the whole process tree spent on it (the Wedge's start to its close), and the
-    probe's own CPU-seconds."""
+    probe's own CPU-seconds. ``extra_probes``: that many more probes run beside the Wedge's."""
     topology.reset()
     cpu_before = tree_cpu_s()
     wedge = Wedge(topology, probe_interval_s=probe_interval_s)
+    extra = [Probe(topology, interval_s=PROBE_INTERVAL_S, meter_links=True).start()
+             for _ in range(extra_probes)]  # fmt: skip
     try:
         started = time.perf_counter()
         harness = wedge.harness(agents=AGENTS, rounds=ROUNDS, max_tokens=16)
@@ -99,6 +110,8 @@ def harness_run(topology: Topology, probe_interval_s: float) -> tuple[float, flo
         ok = wedge.ledger.by_origin("harness").states()["ok"]
         own_s = probe_own_cpu_s(wedge)
     finally:
+        for probe in extra:
+            probe.stop()
         wedge.close()
     cpu_s = cpu_between(cpu_before, tree_cpu_s())
     if ok != harness.max_requests:
@@ -116,6 +129,12 @@ def main() -> None:
             order = [(off, 0.0), (on, PROBE_INTERVAL_S)]
             for runs, interval in order if pair % 2 == 0 else reversed(order):
                 runs.append(harness_run(topology, interval))
+        amplified_drops = []
+        for pair in range(AMPLIFIED_PAIRS):
+            rates: dict[int, float] = {}
+            for extra in (0, AMPLIFIED) if pair % 2 == 0 else (AMPLIFIED, 0):
+                rates[extra] = harness_run(topology, 0.0, extra_probes=extra)[0]
+            amplified_drops.append(100.0 * (rates[0] - rates[AMPLIFIED]) / rates[0])
     off_rates, on_rates = [r for r, _, _ in off], [r for r, _, _ in on]
     off_cpu, on_cpu = [c for _, c, _ in off], [c for _, c, _ in on]
     own = [o for _, _, o in on]
@@ -128,6 +147,10 @@ def main() -> None:
     # Its resolution: the standard error of a median of n normal draws is about 1.25 SD/sqrt(n).
     report("probe_overhead_pct_stderr", 1.2533 * statistics.stdev(drops) / math.sqrt(len(drops)))
     report("probe_overhead_pct_of_medians", 100.0 * (off_median - on_median) / off_median)
+    per_probe = [drop / AMPLIFIED for drop in amplified_drops]
+    report("probe_overhead_pct_per_probe_amplified", statistics.median(per_probe), per_probe)
+    report("probe_overhead_pct_per_probe_amplified_stderr",
+           1.2533 * statistics.stdev(per_probe) / math.sqrt(len(per_probe)))  # fmt: skip
     report("harness_cpu_s_probe_off", statistics.median(off_cpu), off_cpu)
     report("harness_cpu_s_probe_on", statistics.median(on_cpu), on_cpu)
     report("probe_cpu_s_per_run", statistics.median(on_cpu) - statistics.median(off_cpu))
