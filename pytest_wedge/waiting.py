@@ -9,10 +9,12 @@ before the deadline.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pytest_wedge.errors import WedgeError
 
@@ -46,9 +48,12 @@ def poll(
     timeout_s: float,
     interval_s: float,
     clock: Clock = MONOTONIC,
+    first_interval_s: float | None = None,
 ) -> Polled[T]:
     """Run ``predicate`` every ``interval_s`` until it returns something truthy or
     ``timeout_s`` has passed; exceptions from ``predicate`` propagate at once.
+    ``first_interval_s``: the first pause, doubled after each check up to ``interval_s`` (a
+    condition that usually holds within milliseconds is seen within a few of holding).
 
     A timed-out poll's last check started at or after the deadline: a condition that holds by
     then is seen, however long earlier checks took. Sleeps never overshoot the deadline.
@@ -56,6 +61,7 @@ def poll(
     started = clock.now()
     deadline = started + timeout_s
     checks = 0
+    pause = interval_s if first_interval_s is None else min(first_interval_s, interval_s)
     while True:
         checked_at = clock.now()
         value = predicate()
@@ -64,7 +70,8 @@ def poll(
             return Polled(value, True, checks, clock.now() - started)
         if checked_at >= deadline:
             return Polled(value, False, checks, clock.now() - started)
-        clock.sleep(max(0.0, min(interval_s, deadline - clock.now())))
+        clock.sleep(max(0.0, min(pause, deadline - clock.now())))
+        pause = min(2 * pause, interval_s)
 
 
 class WaitTimeout(WedgeError, AssertionError):
@@ -112,3 +119,19 @@ def observe(
 
     poll(take_sample, timeout_s=for_s, interval_s=interval_s, clock=clock)
     return values
+
+
+def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """``function(*args, **kwargs)`` in a daemon thread of its own; its result, or what it
+    raised, in the returned future (a wait that overlaps other work)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function(*args, **kwargs))
+        except BaseException as exc:  # the waiter gets it from the future
+            future.set_exception(exc)
+
+    name = f"wedge-{getattr(function, '__name__', 'background')}"
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future

@@ -21,6 +21,7 @@ from pytest_wedge.topology.shape import shape_id
 from pytest_wedge.topology.spec import TopologySpec
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
 from pytest_wedge.topology.worker_start import fixed_listen
+from pytest_wedge.waiting import in_background
 
 RuntimeFactory = Callable[[str, str, str], Runtime]
 # One JSON line per topology this session brought up (docs/scaling.md): under xdist, how many
@@ -75,8 +76,11 @@ class WedgeSession:
             (port,) = self.ports.take(1)
             component = server_component(self.toxiproxy_binary, port)
             runtime.start(component)
-            wait_ready(runtime, [component], timeout_s=self.ready_timeout_s)
-            self.toxiproxy = ToxiproxyClient(port)
+            # Toxiproxy gets ready (about 30 ms) while the first topology's stub fork server
+            # imports, which is what a bring-up waits on: its client waits at its first call.
+            ready = in_background(wait_ready, runtime, [component],
+                                  timeout_s=self.ready_timeout_s)  # fmt: skip
+            self.toxiproxy = ToxiproxyClient(port, ready=ready)
         except BaseException:
             self.close()
             raise

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,14 +143,23 @@ class ToxiproxyError(WedgeError):
 class ToxiproxyClient:
     """A client for one Toxiproxy server (safe to have several in one process)."""
 
-    def __init__(self, port: int, host: str = LOOPBACK) -> None:
+    def __init__(self, port: int, host: str = LOOPBACK, *, ready: Future[Any] | None = None
+                 ) -> None:  # fmt: skip
+        """``ready``: the server's readiness wait, still running; every call waits for it
+        first (and raises its error, if the server never got ready)."""
         self.host, self.port = host, port
         self.base_url = f"http://{host}:{port}"
         self._http = loopback_client(base_url=self.base_url, timeout=10.0)
+        self._ready = ready
+
+    def wait_ready(self) -> None:
+        if self._ready is not None:
+            self._ready.result()
 
     def _send(self, method: str, path: str, what: str, json: Any = None) -> httpx.Response:
         import httpx
 
+        self.wait_ready()
         try:
             return self._http.request(method, path, json=json)
         except httpx.HTTPError as exc:

@@ -14,7 +14,7 @@ import pytest
 from pytest_wedge.errors import ComponentStartError
 from pytest_wedge.runtime.base import wait_ready
 from pytest_wedge.topology.spec import ComponentSpec
-from pytest_wedge.waiting import Clock, WaitTimeout, observe, poll, wait_for
+from pytest_wedge.waiting import Clock, WaitTimeout, in_background, observe, poll, wait_for
 
 
 class FakeClock:
@@ -60,6 +60,25 @@ def test_poll_returns_the_first_truthy_value_without_sleeping_after_it() -> None
     assert checks.at == [1000.0, 1000.5, 1001.0]
     assert fake.sleeps == [0.5, 0.5]
     assert polled.elapsed_s == pytest.approx(1.0)
+
+
+def test_a_poll_with_a_first_interval_starts_short_and_doubles_up_to_its_interval() -> None:
+    fake = FakeClock()
+    checks = Checks(fake, truthy_on=7)
+    polled = poll(checks, timeout_s=10, interval_s=0.02, first_interval_s=0.002,
+                  clock=fake.clock)  # fmt: skip
+    assert polled.met and polled.checks == 7
+    assert fake.sleeps == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.02, 0.02])
+
+
+def test_in_background_hands_over_the_result_or_the_error() -> None:
+    assert in_background(lambda a, b: a + b, 2, b=3).result(timeout=10) == 5
+
+    def fails() -> None:
+        raise ComponentStartError("never ready")
+
+    with pytest.raises(ComponentStartError, match="never ready"):
+        in_background(fails).result(timeout=10)
 
 
 def test_poll_checks_once_even_with_no_time_left() -> None:
@@ -187,7 +206,9 @@ def test_wait_ready_times_out_on_its_one_deadline_naming_what_it_checked(
     assert error.headline == "decode-0 not ready after 1.0 s"
     assert error.facts["checked"] == f"http://127.0.0.1:{refusing_port}/health"
     assert "decode-0: ConnectError" in str(error.facts["last answer"])
-    assert runtime.exit_code_calls == 5  # 0, .25, .5, .75 and the deadline
+    # 0, then after pauses of 2, 4, 8 ... 128 ms, then every .25 s up to the deadline (.254,
+    # .504, .754, and 1.0 itself)
+    assert runtime.exit_code_calls == 11
     assert fake.t == 1001.0
 
 
