@@ -35,21 +35,29 @@ class KeptSample:
         self._frame, self._components, self._snapshot = frame, components, snapshot
 
     def snapshot(self) -> Snapshot:
-        """The sample (``Exception`` from unpickling a frame that does not hold one)."""
-        if self._snapshot is None:
-            assert self._frame is not None
-            snapshot = sample_of(self._frame)
-            if isinstance(self._components, str):
-                snapshot.unanswered["components"] = self._components
-            elif self._components is not None:
-                snapshot.components = self._components
-            self._snapshot, self._frame = snapshot, None
-        return self._snapshot
+        """The sample (``Exception`` from unpickling a frame that does not hold one). Two
+        threads may both unpickle it at first; either result is the same sample."""
+        snapshot, frame = self._snapshot, self._frame
+        if snapshot is not None:
+            return snapshot
+        if frame is None:  # another thread unpickled it meanwhile (it sets the snapshot first)
+            assert self._snapshot is not None
+            return self._snapshot
+        snapshot = sample_of(frame)
+        if isinstance(self._components, str):
+            snapshot.unanswered["components"] = self._components
+        elif self._components is not None:
+            snapshot.components = self._components
+        self._snapshot = snapshot
+        self._frame = None
+        return snapshot
 
 
 class SampleStore:
     """Every sample and the slow ones, each bounded to ``maxlen``; thread-safe. A sample that
-    does not unpickle is reported to ``on_error`` and left out."""
+    does not unpickle is reported to ``on_error`` and left out. Samples are unpickled outside
+    the lock: the probe's reader adds under it, and a reader held up by thousands of unpickles
+    would leave the sampler blocked on a full pipe."""
 
     def __init__(self, maxlen: int, on_error: Callable[[str], None]) -> None:
         self._all: deque[KeptSample] = deque(maxlen=maxlen)
@@ -82,16 +90,17 @@ class SampleStore:
             except Exception as exc:
                 self._on_error(f"undecodable sample: {type(exc).__name__}: {exc}")
 
+    def _kept(self, *, slow: bool) -> list[KeptSample]:
+        with self._lock:
+            return list(self._slow if slow else self._all)
+
     def latest(self, cutoff: float, *, slow: bool) -> Snapshot | None:
         """The newest sample (slow one) taken at or before ``cutoff``."""
-        with self._lock:
-            kept = reversed(self._slow if slow else self._all)
-            return next(self._decoded(k for k in kept if k.taken_at <= cutoff), None)
+        kept = reversed(self._kept(slow=slow))
+        return next(self._decoded(k for k in kept if k.taken_at <= cutoff), None)
 
     def oldest_slow(self) -> Snapshot | None:
-        with self._lock:
-            return next(self._decoded(self._slow), None)
+        return next(self._decoded(self._kept(slow=True)), None)
 
     def samples(self, *, slow: bool = False) -> list[Snapshot]:
-        with self._lock:
-            return list(self._decoded(self._slow if slow else self._all))
+        return list(self._decoded(self._kept(slow=slow)))
