@@ -94,15 +94,26 @@ def test_router_pause_with_stray_load_masks_the_wedge(any_runtime_wedge):
 
 def test_a_co_restart_has_the_whole_pair_down_before_either_comes_back(wedge, monkeypatch):
     # A prefill started while its old decode still ran took that decode's retried KV fetches
-    # and paired with it: the new decode's fetches were then held, and the wedge stayed.
+    # and paired with it: the new decode's fetches were then held, and the wedge stayed. And a
+    # decode ready before its prefill took requests whose prefill half was refused, and waited
+    # for their KV for ever: the prefill comes back, and answers, before the decode starts.
     runtime = wedge.topology.runtime
     calls: list[tuple[str, str, int | None]] = []
+    prefill_answered: list[bool] = []
+
+    def answers(url: str) -> bool:
+        try:
+            return httpx.get(url + "/health", timeout=1.0).is_success
+        except httpx.HTTPError:
+            return False
 
     def recorded(action: str):
         real = getattr(runtime, action)
 
         def record(name: str) -> None:
             calls.append((action, name, runtime.pid("decode-0")))
+            if (action, name) == ("restart", "decode-0"):
+                prefill_answered.append(answers(wedge.worker_url("prefill-0")))
             real(name)
         return record
 
@@ -113,6 +124,9 @@ def test_a_co_restart_has_the_whole_pair_down_before_either_comes_back(wedge, mo
     first_start = next(i for i, (action, _, _) in enumerate(calls) if action == "restart")
     assert {name for action, name, _ in calls[:first_start]} == {"prefill-0", "decode-0"}
     assert calls[first_start][2] is None, "the old decode is dead when the first comes back"
+    assert [name for action, name, _ in calls[first_start:] if action == "restart"] == [
+        "prefill-0", "decode-0"]
+    assert prefill_answered == [True], "the new prefill answers before the decode starts"
     assert runtime.pid("decode-0") not in (None, old_decode)
 
 
