@@ -160,8 +160,8 @@ def run_draw(session: WedgeSession, d: Draw) -> dict[str, Any]:
         harness = wedge.harness(agents=30, rounds=1000, client_timeout_s=30, think_time_s=0.05)
         wait_for(lambda: harness.progress() >= 10, timeout_s=15, what="a healthy start")
         time.sleep(d.onset_s)
-        started = time.time()
         wedge.apply(make_fault(d))
+        started = wedge.faults.windows[-1].started  # the window opens on the probe's mark
         try:
             wait_for(lambda: _shows(wedge, started), timeout_s=SHOW_WITHIN_S, what="the wedge")
             row["showed"] = True

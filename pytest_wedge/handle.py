@@ -64,6 +64,7 @@ class Wedge:
             # probe's sampler meters them when it runs from the start; else a thread here does.
             source = self.probe.link_series if self.probe.meters_links else None
             self.link_meter = LinkMeter(topology, source=source).start()
+            self.faults.before_window = self.probe.mark
 
     # -- addresses ---------------------------------------------------------------------------
     @property

@@ -49,7 +49,7 @@ def frame_bytes(frame: tuple[Any, ...]) -> bytes:
 
 class Outbox:
     """The frames of fast ticks wait here and go out with the next slow tick's, in one write:
-    the probe's reader wakes twice a second, not ten times, in the test process (where each
+    the probe's reader wakes once a second, not ten times, in the test process (where each
     wake-up takes the interpreter lock from the harness). Nothing reads fast samples while a
     test runs; slow ones go out at once."""
 

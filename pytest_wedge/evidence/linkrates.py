@@ -44,8 +44,10 @@ _ACKED = re.compile(r"\bbytes_acked:(\d+)")
 Totals = dict[str, dict[str, float]]  # link -> direction -> bytes so far
 # A point needs the kernel's socket table walked whenever a connection may have been accepted
 # since the last (2.5 ms of CPU here, under load). Under load smg keeps opening connections to
-# a decode, so every point would walk it: then a meter takes a point at most this often.
-LINK_WALK_GAP_S = 1.0
+# a decode, so every point would walk it: then a meter takes a point at most this often. Just
+# under the probe's slow interval (1 s), so that slow ticks a second apart each take one
+# whatever their jitter.
+LINK_WALK_GAP_S = 0.9
 # Asked with a timeout: (errors, series) so far, or None when the answer did not come.
 SeriesSource = Callable[[float], "tuple[int, list[tuple[float, Totals]]] | None"]
 

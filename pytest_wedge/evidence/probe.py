@@ -1,11 +1,13 @@
 """The probe: every component sampled on an interval, by a sampler outside the test process.
 
 A sample is a :class:`Snapshot` without ledgers (the expensive part). Every tick reads the stub
-states; every ``slow_every``-th tick (a *slow* sample) also reads what an operator sees: the
-engines' and the router's metrics and Toxiproxy's byte counters per link (never the toxic
-configuration). The bounded series feeds the timeline; the latest slow sample is the "before"
-point of rates, and the slow sample from before a wedge is the start of the window over which
-link traffic and router counters are compared.
+states; every ``slow_every``-th tick (a *slow* sample, once a second by default) also reads
+what an operator sees: the engines' and the router's metrics and Toxiproxy's byte counters per
+link (never the toxic configuration). The bounded series feeds the timeline; the latest slow
+sample is the "before" point of rates, and the slow sample from before a wedge is the start of
+the window over which link traffic and router counters are compared. :meth:`Probe.mark` takes
+one at once (a fault window opens with it, see ``handle.py``), so a window starts just before
+its fault whatever the slow interval.
 
 The sampling runs in its own process (``evidence/sampler.py``): in the test process it
 competed with the harness for the GIL. With ``meter_links``, that process also meters every
@@ -42,6 +44,7 @@ from pytest_wedge.evidence.launch import (
 )
 from pytest_wedge.evidence.sample_store import Components, KeptSample, SampleStore
 from pytest_wedge.evidence.sampler import config_line, sample_once
+from pytest_wedge.evidence.sampler_asks import SamplerAsks
 from pytest_wedge.evidence.snapshot import Snapshot, component_states
 from pytest_wedge.evidence.target import ProbeTarget
 
@@ -53,6 +56,12 @@ __all__ = ["Probe", "ProbeError"]
 STDERR_TAIL_BYTES = 4000
 # Longer than a first sample's slowest fetch (Toxiproxy's, 1 s) on a loaded machine.
 FIRST_SAMPLE_WAIT_S = 2.0
+# How often a slow sample comes by default. Each one costs every server a GET and the sampler
+# a Prometheus parse; a fault window's start needs no periodic one, since mark() takes it.
+SLOW_INTERVAL_S = 1.0
+# How long mark() waits for its sample before the fault goes ahead anyway (the window then
+# starts at the last periodic slow sample): a slow sample's fetches time out at ``timeout_s``.
+MARK_WAIT_S = 2.0
 
 
 class Probe:
@@ -69,7 +78,7 @@ class Probe:
         *,
         maxlen: int = 3000,
         timeout_s: float = 0.2,
-        slow_every: int = 5,
+        slow_every: int | None = None,
         meter_links: bool = False,
     ) -> None:
         self.topology = topology
@@ -81,7 +90,9 @@ class Probe:
         self.timeout_s = timeout_s
         # Stub states (per-origin tokens, queues) change every tick; the router's metrics and
         # the proxies' state are costlier to render and change rarely, so only every
-        # ``slow_every``-th sample reads them.
+        # ``slow_every``-th sample reads them (default: one every SLOW_INTERVAL_S).
+        if slow_every is None:
+            slow_every = round(SLOW_INTERVAL_S / interval_s) if interval_s > 0 else 1
         self.slow_every = max(1, slow_every)
         self._store = SampleStore(maxlen, self._count_error)
         self.errors = 0  # ticks that failed as a whole, and lines that did not decode
@@ -99,9 +110,7 @@ class Probe:
         self._first = threading.Event()  # a frame arrived, or the sampler's output ended
         self._forked = threading.Event()  # the fork was answered (a PID or an error)
         self._stderr: IO[bytes] | None = None
-        self._ask_lock = threading.Lock()
-        self._series_answered = threading.Event()
-        self._series: tuple[int, list[Any]] | None = None
+        self._asks = SamplerAsks()
 
     @property
     def pid(self) -> int | None:
@@ -199,7 +208,7 @@ class Probe:
             if frame[0] != "series":  # a tick's frame, now kept
                 self._first.set()
         self._first.set()
-        self._series_answered.set()  # nothing more will answer: an asker must not wait
+        self._asks.output_ended()  # nothing more will answer: an asker must not wait
         code = process.wait()
         # Judged by the exit itself, not by whether stop() saw it still running: the zygote
         # reports a death a moment after it happens, so that look would race with it.
@@ -222,8 +231,7 @@ class Probe:
 
     def _receive(self, frame: tuple[Any, ...]) -> None:
         if frame[0] == "series":
-            self._series = (int(frame[1]), list(frame[2]))
-            self._series_answered.set()
+            self._asks.series_came((int(frame[1]), list(frame[2])))
             return
         if frame[0] != "sample" or len(frame) != 4 or not isinstance(frame[2], float):
             self._count_error(str(frame[1]) if frame[0] == "error" else f"odd frame {frame[0]!r}")
@@ -238,6 +246,8 @@ class Probe:
             except Exception as exc:  # as in a snapshot: a runtime that did not answer
                 components = f"{type(exc).__name__}: {exc}"[:200]
         self._store.add(KeptSample(frame[2], frame=frame, components=components), slow=slow)
+        if slow:
+            self._asks.slow_came(frame[2])
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -277,22 +287,23 @@ class Probe:
     def link_series(self, timeout_s: float = 5.0) -> tuple[int, list[Any]] | None:
         """The sampler's link series so far and its error count, asked for now; None when it
         does not meter the links or does not answer within ``timeout_s``."""
-        with self._ask_lock:
-            if not self.meters_links:
-                return None
-            self._forked.wait(FIRST_FORK_TIMEOUT_S)
-            stdin = self._stdin
-            if stdin is None or self._reader_done():
-                return None
-            self._series_answered.clear()
-            self._series = None
-            try:
-                stdin.write(b"\n")
-                stdin.flush()
-            except (OSError, ValueError):  # stopped, or the sampler is gone
-                return None
-            self._series_answered.wait(timeout_s)
-            return self._series
+        if not self.meters_links:
+            return None
+        self._forked.wait(FIRST_FORK_TIMEOUT_S)
+        stdin = self._stdin
+        if stdin is None or self._reader_done():
+            return None
+        return self._asks.series(stdin, timeout_s)
+
+    def mark(self, timeout_s: float = MARK_WAIT_S) -> float | None:
+        """Take a slow sample now and return its moment, once this probe has it (so
+        :meth:`slow_before` a moment after this returns finds it); None when the sampler is not
+        running yet or any more, or did not answer within ``timeout_s``. Called as a fault
+        window opens: the window's counters then start just before the fault."""
+        stdin = self._stdin
+        if not self._forked.is_set() or stdin is None or self._reader_done():
+            return None  # a first probe's fork still waits for the zygote: never block on it
+        return self._asks.mark(stdin, time.time(), timeout_s)
 
     def _reader_done(self) -> bool:
         return self._reader is not None and not self._reader.is_alive()

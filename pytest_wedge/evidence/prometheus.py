@@ -1,6 +1,6 @@
 """Reading Prometheus text (router, engines, Toxiproxy).
 
-The probe reads the router's and the engines' metrics twice a second and a watchdog may poll
+The probe reads the router's and the engines' metrics once a second and a watchdog may poll
 them as often, so the common line shape (``name{label="value",...} value [timestamp]``) is read
 by one regular expression here: prometheus-client's parser walks each line a character at a
 time and cost about 90 % of the sampler's CPU. Any line that shape does not cover exactly

@@ -14,12 +14,15 @@ process about 0.3 ms, more than a fast sample's work.
 With ``"links": true`` in its configuration it also meters every link's bytes (what
 :class:`~pytest_wedge.evidence.linkrates.LinkMeter` does in a thread) on each slow tick, from
 the Toxiproxy counters that tick reads anyway plus the kernel's count for open sockets. That
-series stays here until asked for: each further line on stdin is answered with one frame,
+series stays here until asked for: an empty line on stdin is answered with one frame,
 ``("series", errors, [(time, totals), ...])``, so the test process pays nothing for it while
-the test runs. One program, one clock: a meter of its own read Toxiproxy on a second clock and
-the kernel's socket table four times a second, and cost as much CPU as this whole program (the
-kernel walks its entire TCP hash table for each dump, about 1.7 ms here however few sockets
-match; :class:`~pytest_wedge.evidence.sockdiag.SocketCounters` now dumps only after an accept).
+the test runs. A line ``mark`` asks for a slow sample now (:data:`MARK`): the probe asks for one
+as a fault window opens, so the window starts at a sample taken just before the fault, not at
+the last periodic one, up to a slow interval earlier. One program, one clock: a meter of its
+own read Toxiproxy on a second clock and the kernel's socket table four times a second, and
+cost as much CPU as this whole program (the kernel walks its entire TCP hash table for each
+dump, about 1.7 ms here however few sockets match;
+:class:`~pytest_wedge.evidence.sockdiag.SocketCounters` now dumps only after an accept).
 
 Why a program of its own: in the test process the sampling (HTTP fetches, Prometheus parsing)
 competed with the harness's event loop for the GIL, which cost the harness 12-20 % of its
@@ -205,16 +208,19 @@ def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_e
 # At the end of input, how long the last frames may take to go out before the program ends
 # anyway (a tick may be waiting for a fetch).
 FLUSH_AT_END_S = 1.0
+# The line on stdin that asks for a slow sample now (see the module's docstring).
+MARK = b"mark"
 
 
 def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, answer: Any,
-                     last_words: Any) -> None:  # fmt: skip
-    """Each line asks for the link series, written by the event loop between ticks (so frames
-    never interleave). End of file: the probe stopped or its process is gone; the frames still
-    waiting go out (if anyone still reads them), then the program ends."""
-    while stdin.readline():
+                     mark: asyncio.Event, last_words: Any) -> None:  # fmt: skip
+    """An empty line asks for the link series, written by the event loop between ticks (so
+    frames never interleave); a :data:`MARK` line wakes the loop for a slow sample now. End of
+    file: the probe stopped or its process is gone; the frames still waiting go out (if anyone
+    still reads them), then the program ends."""
+    while line := stdin.readline():
         with contextlib.suppress(RuntimeError):  # the loop is closing: the program ends anyway
-            loop.call_soon_threadsafe(answer)
+            loop.call_soon_threadsafe(mark.set if line.strip() == MARK else answer)
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(last_words)
     time.sleep(FLUSH_AT_END_S)
@@ -254,12 +260,14 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
         os._exit(0)
 
     loop = asyncio.get_running_loop()
-    threading.Thread(target=_answer_requests, args=(stdin, loop, answer, last_words),
+    mark = asyncio.Event()
+    threading.Thread(target=_answer_requests, args=(stdin, loop, answer, mark, last_words),
                      daemon=True).start()  # fmt: skip
     async with async_fetch.new_session() as session:
         for tick in itertools.count():  # until end of input or a closed stdout ends the program
             started = time.monotonic()
-            slow = batched or tick % slow_every == 0
+            slow = batched or mark.is_set() or tick % slow_every == 0
+            mark.clear()  # a mark that comes during this tick's fetches asks for the next one
             streams.tick()
             frame: tuple[Any, ...]
             try:
@@ -275,7 +283,8 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
             if metered and slow:
                 links.add(closed_counters(snapshot) if snapshot is not None else None)
             outbox.put(frame, now=slow)
-            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+            with contextlib.suppress(TimeoutError):  # the period is over and no mark came
+                await asyncio.wait_for(mark.wait(), period_s - (time.monotonic() - started))
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:

@@ -1,7 +1,7 @@
 """The kernel's byte counters of open TCP sockets, read over netlink (``sock_diag``).
 
 This is the query ``ss -tin state connected`` makes, without starting ``ss``: the link meter
-reads it twice a second, and starting a program from the test process cost about 3 ms of
+reads it once a second, and starting a program from the test process cost about 3 ms of
 CPU each time (fork and exec, and ``ss`` loading its libraries), several times what the query
 and its parsing cost here. Linux only; elsewhere :func:`socket_bytes` raises ``OSError`` and
 the caller falls back to ``ss``.
@@ -87,7 +87,7 @@ ANSWER_TIMEOUT_S = 2.0  # a kernel answers in microseconds; never hang a meter o
 class _Answers:
     """The sums of one dump's answers, read in place from each ``recv``'s buffer.
 
-    Written for the link meter's rate (twice a second, a hundred sockets and more): no copy of
+    Written for the link meter's rate (once a second, a hundred sockets and more): no copy of
     a message, no generator, and two struct calls per socket. The kernel puts the same
     attributes before each connected socket's ``INET_DIAG_INFO`` (shutdown, mark, cgroup,
     socket options on Linux 6): the first walk over them learns their headers, and a message

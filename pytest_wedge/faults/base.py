@@ -130,6 +130,9 @@ class FaultSet:
 
     topology: Topology
     windows: list[FaultWindow] = field(default_factory=list)
+    # Called as each fault window opens, before the fault: the handle's probe takes a sample
+    # there (``Probe.mark``), so the window's counters start just before the fault.
+    before_window: Callable[[], object] | None = None
     _timers: list[threading.Timer] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _scheduled_errors: list[ScheduledError] = field(default_factory=list)
@@ -144,6 +147,8 @@ class FaultSet:
         return fault
 
     def _apply(self, fault: Fault) -> None:
+        if self.before_window is not None:
+            self.before_window()
         with self._lock:
             self.windows.append(FaultWindow(fault, time.time()))
         try:

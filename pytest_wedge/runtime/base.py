@@ -109,6 +109,14 @@ def wait_ready(
                     response = client.get(component.ready_url)
                 except httpx.HTTPError as exc:
                     last_error[name] = f"{type(exc).__name__}: {exc}"
+                    if runtime.state(name) == "absent":  # e.g. a session closed under the wait
+                        raise ComponentStartError(
+                            f"{name} is gone before it was ready: its runtime no longer runs it",
+                            facts={"command": " ".join(component.argv),
+                                   "last answer": last_error[name]},
+                            fix="nothing, if its session or topology was being closed; else "
+                            "something stopped it from outside pytest-wedge",
+                        ) from None  # fmt: skip
                     continue
                 if response.is_success:
                     del pending[name]

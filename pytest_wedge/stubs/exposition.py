@@ -2,7 +2,7 @@
 
 ``/metrics`` is served by :class:`Exposition`: the text ``generate_latest`` makes of the
 collectors, byte for byte (tests/unit/test_stub_exposition.py), with everything but the values
-prepared once per engine. The probe scrapes every stub twice a second, and building the metric
+prepared once per engine. The probe scrapes every stub once a second, and building the metric
 families and walking them generically cost most of a scrape's CPU. The collectors stay as the
 reference the fast text is checked against.
 """

@@ -178,3 +178,30 @@ def test_fast_frames_wait_for_a_slow_one_and_go_out_at_the_end_of_input(wedge):
     assert times == sorted(times)
     # Each frame's moment is its snapshot's, which the probe unpickles only when read.
     assert [sample_of(frame).taken_at for frame in (first, *rest)] == times
+
+
+def test_a_mark_takes_a_slow_sample_at_once(wedge):
+    """With the next periodic slow sample 20 s away, a mark still gets one at once, and the
+    probe has it when mark() returns."""
+    with Probe(wedge.topology, interval_s=0.1, slow_every=200) as probe:
+        _wait_sampling(probe, count=1)  # fast samples come out with the next slow one only
+        asked = time.time()
+        at = probe.mark()
+        assert at is not None and at >= asked
+        slow = probe.slow_before(time.time())
+        assert slow is not None and slow.taken_at == at
+        assert slow.router and slow.observed is not None  # a whole slow sample: metrics too
+        assert len(probe.slow_samples()) == 2  # the first one, then the mark's
+    assert probe.mark() is None  # stopped: nothing to ask, and no wait
+
+
+def test_a_fault_window_opens_on_a_sample_taken_just_before_its_fault(wedge):
+    """The window's counters start at the mark, not at the last periodic slow sample."""
+    _wait_sampling(wedge.probe)
+    asked = time.time()
+    fault = wedge.apply(Pause("decode-0"))
+    window = wedge.faults.windows[-1]
+    start = wedge.probe.slow_before(window.started)
+    wedge.revert(fault)
+    assert start is not None and asked <= start.taken_at <= window.started
+    assert start.components["decode-0"] == "running"  # taken before the pause

@@ -150,11 +150,15 @@ def test_observe_samples_across_the_whole_window() -> None:
 
 
 class FakeRuntime:
-    """Only what wait_ready reads: an exit code per name, logs, a log path."""
+    """Only what wait_ready reads: an exit code and a state per name, logs, a log path."""
 
-    def __init__(self, exit_codes: dict[str, int | None]) -> None:
+    def __init__(self, exit_codes: dict[str, int | None], gone: tuple[str, ...] = ()) -> None:
         self.exit_codes = exit_codes
         self.exit_code_calls = 0
+        self.gone = gone
+
+    def state(self, name: str) -> str:
+        return "absent" if name in self.gone else "running"
 
     def exit_code(self, name: str) -> int | None:
         self.exit_code_calls += 1
@@ -192,6 +196,19 @@ def test_wait_ready_reports_a_dead_component_at_once_with_its_exit_code_and_log(
     assert error.facts["log"] == "/logs/prefill-0.log"
     assert "boom on line 3" in error.log_tail
     assert runtime.exit_code_calls == 1 and fake.sleeps == []  # never waited out
+
+
+def test_wait_ready_ends_at_once_when_the_runtime_no_longer_runs_the_component(
+    refusing_port: int,
+) -> None:
+    """A session closed while Toxiproxy's readiness is awaited in the background: the wait
+    ends there, not at its deadline."""
+    fake = FakeClock()
+    runtime = FakeRuntime({}, gone=("toxiproxy",))
+    with pytest.raises(ComponentStartError) as raised:
+        wait_ready(runtime, [_component("toxiproxy", refusing_port)], timeout_s=30, clock=fake.clock)  # type: ignore[arg-type]
+    assert raised.value.headline == "toxiproxy is gone before it was ready: its runtime no longer runs it"
+    assert fake.sleeps == []
 
 
 def test_wait_ready_times_out_on_its_one_deadline_naming_what_it_checked(
