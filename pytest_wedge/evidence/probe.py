@@ -60,8 +60,9 @@ FIRST_SAMPLE_WAIT_S = 2.0
 # a Prometheus parse; a fault window's start needs no periodic one, since mark() takes it.
 SLOW_INTERVAL_S = 1.0
 # How long mark() waits for its sample before the fault goes ahead anyway (the window then
-# starts at the last periodic slow sample): a slow sample's fetches time out at ``timeout_s``.
-MARK_WAIT_S = 2.0
+# starts at the last periodic slow sample): longer than a slow sample's slowest fetch
+# (Toxiproxy's, 1 s), short enough not to hold up a watchdog's restart for long.
+MARK_WAIT_S = 1.5
 
 
 class Probe:
