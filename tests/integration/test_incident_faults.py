@@ -140,7 +140,15 @@ def test_decode_only_restart_wedges_transfer_until_co_restart(wedge):
         timeout_s=10,
         what="3 requests in decode's transfer queue",
     )
-    prefill = wedge.stub("prefill-0").ledger(origin="after-restart")["entries"]
+    # The decode queues a request as it arrives, while its prefill half may still be computing:
+    # wait for the prefill to finish all three, which is what holds their KV.
+    prefill = wait_for(
+        lambda: (entries := wedge.stub("prefill-0").ledger(origin="after-restart")["entries"])
+        and len(entries) == 3 and all(e["state"] not in ("queued", "prefilling") for e in entries)
+        and entries,
+        timeout_s=10,
+        what="the prefill to finish the 3 requests",
+    )
     assert [e["state"] for e in prefill] == ["inflight"] * 3  # prefill finished, KV held
     assert "kv_ready" in prefill[0]["t"]
     assert tokens_by_origin(wedge, "decode-0").get("after-restart", 0) == 0
