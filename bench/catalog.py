@@ -13,8 +13,10 @@ def main() -> None:
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--wedge-scenarios", "-q", "-p", "no:cacheprovider"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.monotonic() - started
     if done.returncode != 0:
         print(done.stdout[-3000:], file=sys.stderr)

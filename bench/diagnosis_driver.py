@@ -47,12 +47,17 @@ def one_run(
     wedge = Wedge(topology)
     try:
         wedge.stray("decode-0", rate_per_s=5)
-        harness = wedge.harness(agents=30, rounds=100, client_timeout_s=30, think_time_s=0.05,
-                                origin=origin)  # fmt: skip
+        harness = wedge.harness(
+            agents=30, rounds=100, client_timeout_s=30, think_time_s=0.05, origin=origin
+        )
         wait_for(lambda: harness.progress() >= 30, timeout_s=timeout_s, what="a healthy warm-up")
         wedge.apply(fault)
-        first = wait_for(lambda: _overdue_at(wedge, origin, overdue_after_s), timeout_s=timeout_s,
-                         what="a pending request after the fault", interval_s=0.005)  # fmt: skip
+        first = wait_for(
+            lambda: _overdue_at(wedge, origin, overdue_after_s),
+            timeout_s=timeout_s,
+            what="a pending request after the fault",
+            interval_s=0.005,
+        )
         due = float(first or 0.0)
         # Poll the ledger, not time: the earliest pending request may finish, moving `due`.
         while time.time() < due:
@@ -79,5 +84,12 @@ def measure_diagnosis_latency(
     """Seconds from overdue to a correct diagnosis, one per run (default wedge: the router
     paused under the harness while a stray requester keeps decode-0 busy: incident 1)."""
     topology = _topology(wedge_session_or_topology)
-    return [one_run(topology, fault=fault or Pause("router"), expected=expected,
-                    overdue_after_s=overdue_after_s) for _ in range(runs)]  # fmt: skip
+    return [
+        one_run(
+            topology,
+            fault=fault or Pause("router"),
+            expected=expected,
+            overdue_after_s=overdue_after_s,
+        )
+        for _ in range(runs)
+    ]

@@ -71,8 +71,12 @@ asyncio.run(main())
 @contextmanager
 def chat_server(mode: str) -> Iterator[str]:
     """A 127.0.0.1 server in its own process (its own GIL); it ends when stdin closes."""
-    server = subprocess.Popen([sys.executable, "-c", SERVER, mode], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         yield f"http://127.0.0.1:{int(server.stdout.readline())}"
@@ -173,10 +177,14 @@ def throughput() -> None:
                     if agents == 300:
                         p99[side].append(tail)
     for agents in SCALES:
-        report(f"harness_req_per_s_{agents}", statistics.median(harness_rps[agents]),
-               harness_rps[agents])  # fmt: skip
-        report(f"raw_client_req_per_s_{agents}", statistics.median(raw_rps[agents]),
-               raw_rps[agents])  # fmt: skip
+        report(
+            f"harness_req_per_s_{agents}",
+            statistics.median(harness_rps[agents]),
+            harness_rps[agents],
+        )
+        report(
+            f"raw_client_req_per_s_{agents}", statistics.median(raw_rps[agents]), raw_rps[agents]
+        )
     for side, tails in p99.items():
         report(f"{side}_p99_s_300", statistics.median(tails), tails)
     ratios = [h / r for h, r in zip(harness_rps[300], raw_rps[300], strict=True)]
@@ -202,14 +210,23 @@ def client_cost() -> None:
                 lag[client].append(median_lag)
                 all_sent[client].append(everything)
     for client in clients:
-        report(f"load_client_cpu_ms_per_request_{client}", statistics.median(cpu[client]),
-               cpu[client])  # fmt: skip
-        report(f"harness_created_to_sent_median_s_{client}", statistics.median(lag[client]),
-               lag[client])  # fmt: skip
-        report(f"harness_start_to_all_sent_s_{client}", statistics.median(all_sent[client]),
-               all_sent[client])  # fmt: skip
-    report("load_client_cpu_ratio_httpx_over_aiohttp",
-           statistics.median(cpu["httpx"]) / statistics.median(cpu["aiohttp"]))  # fmt: skip
+        report(
+            f"load_client_cpu_ms_per_request_{client}", statistics.median(cpu[client]), cpu[client]
+        )
+        report(
+            f"harness_created_to_sent_median_s_{client}",
+            statistics.median(lag[client]),
+            lag[client],
+        )
+        report(
+            f"harness_start_to_all_sent_s_{client}",
+            statistics.median(all_sent[client]),
+            all_sent[client],
+        )
+    report(
+        "load_client_cpu_ratio_httpx_over_aiohttp",
+        statistics.median(cpu["httpx"]) / statistics.median(cpu["aiohttp"]),
+    )
 
 
 def main() -> None:

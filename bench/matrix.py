@@ -39,9 +39,10 @@ def cell(case: ET.Element) -> dict[str, Any]:
         "located_at": props.get("wedge_located_at"),
         "cleared_by": props.get("wedge_cleared_by"),
         "time_to_clear_s": float(props["wedge_time_to_clear_s"])
-        if "wedge_time_to_clear_s" in props else None,
+        if "wedge_time_to_clear_s" in props
+        else None,
         "reason": None,
-    }  # fmt: skip
+    }
     if bad or skipped:
         message = (bad or skipped)[0].get("message") or (bad or skipped)[0].tag
         out["reason"] = message.strip().splitlines()[0][:200] if message.strip() else "?"
@@ -54,9 +55,21 @@ def cell(case: ET.Element) -> dict[str, Any]:
 def run_router(router: str, work: Path, args: argparse.Namespace, timeout_s: float) -> Path:
     junit = work / f"{router}.xml"
     selection = f"--wedge-scenarios={args.scenarios}" if args.scenarios else "--wedge-scenarios"
-    argv = [sys.executable, "-m", "pytest", selection, f"--wedge-router={router}", "-q",
-            "-p", "no:randomly", "-p", "no:cacheprovider", f"--junitxml={junit}",
-            f"--wedge-artifacts={work / f'artifacts-{router}'}", *args.pytest_args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        selection,
+        f"--wedge-router={router}",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        f"--wedge-artifacts={work / f'artifacts-{router}'}",
+        *args.pytest_args,
+    ]
     with (work / f"{router}.log").open("wb") as log:
         try:
             subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
@@ -79,14 +92,19 @@ def text(c: dict[str, Any] | None) -> str:
 
 
 def markdown(matrix: dict[str, dict[str, Any]], routers: list[str], wall_s: float) -> str:
-    lines = [f"# Router x incident matrix ({wall_s:.0f} s)", "",
-             "| scenario | " + " | ".join(routers) + " |",
-             "| --- |" + " --- |" * len(routers)]  # fmt: skip
+    lines = [
+        f"# Router x incident matrix ({wall_s:.0f} s)",
+        "",
+        "| scenario | " + " | ".join(routers) + " |",
+        "| --- |" + " --- |" * len(routers),
+    ]
     for name in sorted(matrix):
         row = [text(matrix[name].get(r)).replace("|", "/") for r in routers]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
-    passed = {r: sum(1 for m in matrix.values() if (m.get(r) or {}).get("outcome") == "passed")
-              for r in routers}  # fmt: skip
+    passed = {
+        r: sum(1 for m in matrix.values() if (m.get(r) or {}).get("outcome") == "passed")
+        for r in routers
+    }
     lines += ["", "passed: " + ", ".join(f"{r} {passed[r]}/{len(matrix)}" for r in routers)]
     return "\n".join(lines) + "\n"
 

@@ -61,8 +61,10 @@ def tree_cpu_s() -> dict[int | str, float]:
     me = psutil.Process()
     times = me.cpu_times()
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out: dict[int | str, float] = {"self": times.user + times.system,
-                                   "reaped": reaped.ru_utime + reaped.ru_stime}  # fmt: skip
+    out: dict[int | str, float] = {
+        "self": times.user + times.system,
+        "reaped": reaped.ru_utime + reaped.ru_stime,
+    }
     for proc in me.children(recursive=True):
         try:
             t = proc.cpu_times()
@@ -85,22 +87,29 @@ def probe_own_cpu_s(wedge: Wedge) -> float:
     if pid is not None:
         times = psutil.Process(pid).cpu_times()
         total += times.user + times.system
-    ours = {t.native_id for t in threading.enumerate()
-            if t.name.startswith(("wedge-probe", "wedge-linkmeter"))}  # fmt: skip
-    return total + sum(t.user_time + t.system_time for t in psutil.Process().threads()
-                       if t.id in ours)  # fmt: skip
+    ours = {
+        t.native_id
+        for t in threading.enumerate()
+        if t.name.startswith(("wedge-probe", "wedge-linkmeter"))
+    }
+    return total + sum(
+        t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ours
+    )
 
 
-def harness_run(topology: Topology, probe_interval_s: float, extra_probes: int = 0
-                ) -> tuple[float, float, float]:  # fmt: skip
+def harness_run(
+    topology: Topology, probe_interval_s: float, extra_probes: int = 0
+) -> tuple[float, float, float]:
     """One harness run (``AGENTS`` x ``ROUNDS``) through the router: completed requests/s, the
     CPU-seconds the whole process tree spent on it (the Wedge's start to its close), and the
     probe's own CPU-seconds. ``extra_probes``: that many more probes run beside the Wedge's."""
     topology.reset()
     cpu_before = tree_cpu_s()
     wedge = Wedge(topology, probe_interval_s=probe_interval_s)
-    extra = [Probe(topology, interval_s=PROBE_INTERVAL_S, meter_links=True).start()
-             for _ in range(extra_probes)]  # fmt: skip
+    extra = [
+        Probe(topology, interval_s=PROBE_INTERVAL_S, meter_links=True).start()
+        for _ in range(extra_probes)
+    ]
     try:
         started = time.perf_counter()
         harness = wedge.harness(agents=AGENTS, rounds=ROUNDS, max_tokens=16)
@@ -149,8 +158,10 @@ def main() -> None:
     report("probe_overhead_pct_of_medians", 100.0 * (off_median - on_median) / off_median)
     per_probe = [drop / AMPLIFIED for drop in amplified_drops]
     report("probe_overhead_pct_per_probe_amplified", statistics.median(per_probe), per_probe)
-    report("probe_overhead_pct_per_probe_amplified_stderr",
-           1.2533 * statistics.stdev(per_probe) / math.sqrt(len(per_probe)))  # fmt: skip
+    report(
+        "probe_overhead_pct_per_probe_amplified_stderr",
+        1.2533 * statistics.stdev(per_probe) / math.sqrt(len(per_probe)),
+    )
     report("harness_cpu_s_probe_off", statistics.median(off_cpu), off_cpu)
     report("harness_cpu_s_probe_on", statistics.median(on_cpu), on_cpu)
     report("probe_cpu_s_per_run", statistics.median(on_cpu) - statistics.median(off_cpu))

@@ -19,17 +19,28 @@ from pytest_wedge.load.harness import _script
 
 
 async def _agent(
-    session: aiohttp.ClientSession, url: str, fake: Faker, agent: int, rounds: int,
-    max_tokens: int, latencies: list[float],
-) -> int:  # fmt: skip
+    session: aiohttp.ClientSession,
+    url: str,
+    fake: Faker,
+    agent: int,
+    rounds: int,
+    max_tokens: int,
+    latencies: list[float],
+) -> int:
     script = _script(fake, 0, agent, rounds)
     history: list[dict[str, Any]] = list(script.opening)
     ok = 0
     for round_, (call, result) in enumerate(script.turns):
         request_id = f"raw-a{agent}-r{round_}"
-        body = {"model": "stub-model", "messages": history, "max_tokens": max_tokens,
-                "stream": True, "user": "raw", "wedge_origin": "raw",
-                "wedge_request_id": request_id}  # fmt: skip
+        body = {
+            "model": "stub-model",
+            "messages": history,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "user": "raw",
+            "wedge_origin": "raw",
+            "wedge_request_id": request_id,
+        }
         headers = {"X-Request-ID": request_id, "x-request-id-origin": "raw"}
         started = time.perf_counter()
         async with session.post(url, json=body, headers=headers) as response:
@@ -47,8 +58,12 @@ async def _run(url: str, agents: int, rounds: int, max_tokens: int) -> tuple[int
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
-        tasks = [_agent(session, url + "/v1/chat/completions", fake, agent, rounds, max_tokens,
-                        latencies) for agent in range(agents)]  # fmt: skip
+        tasks = [
+            _agent(
+                session, url + "/v1/chat/completions", fake, agent, rounds, max_tokens, latencies
+            )
+            for agent in range(agents)
+        ]
         async with asyncio.timeout(120):
             done = await asyncio.gather(*tasks)
     return sum(done), latencies

@@ -52,13 +52,23 @@ def parse_round(junit: Path, number: int, tallies: dict[str, Tally]) -> None:
 def run_round(number: int, work: Path, args: argparse.Namespace, timeout_s: float) -> int:
     junit = work / f"round-{number}.xml"
     selection = f"--wedge-scenarios={args.scenarios}" if args.scenarios else "--wedge-scenarios"
-    argv = [sys.executable, "-m", "pytest", selection, "-q", "-p", "no:cacheprovider",
-            f"--junitxml={junit}", f"--wedge-artifacts={work / f'artifacts-{number}'}",
-            *args.pytest_args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        selection,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        f"--wedge-artifacts={work / f'artifacts-{number}'}",
+        *args.pytest_args,
+    ]
     with (work / f"round-{number}.log").open("wb") as log:
         try:
-            return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s).returncode  # fmt: skip
+            return subprocess.run(
+                argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
+            ).returncode
         except subprocess.TimeoutExpired:
             return -1
 
@@ -74,15 +84,19 @@ def report(tallies: dict[str, Tally], rounds: int, wall_s: float) -> bool:
         spread = "-"
         if tally.clear_s:
             values = tally.clear_s
-            spread = (f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
-                      f"  (n={len(values)})")  # fmt: skip
+            spread = (
+                f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+                f"  (n={len(values)})"
+            )
         print(f"{name.ljust(width)}  {tally.passed:>2}/{rounds:<2}  {rate:5.1f} %  {spread}")
         for failure in tally.failures:
             print(f"{''.ljust(width)}    {failure}")
     total = rounds * len(tallies)
     passed = sum(t.passed for t in tallies.values())
-    print(f"soak: {rounds} rounds in {wall_s:.0f} s; {passed}/{total} scenario runs passed"
-          f" ({100.0 * passed / max(total, 1):.1f} %)")  # fmt: skip
+    print(
+        f"soak: {rounds} rounds in {wall_s:.0f} s; {passed}/{total} scenario runs passed"
+        f" ({100.0 * passed / max(total, 1):.1f} %)"
+    )
     return perfect and total > 0
 
 
@@ -107,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", metavar="DIR", help="keep logs and JUnit XML in DIR")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
     if args.rounds < 1 or args.budget_s <= 0:
         parser.error("--rounds must be >= 1 and --budget-s > 0")
 
@@ -128,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             if junit.exists():
                 parse_round(junit, number, tallies)
             done += 1
-            print(f"round {number}/{args.rounds}: exit {code} in "
-                  f"{time.monotonic() - round_started:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"round {number}/{args.rounds}: exit {code} in "
+                f"{time.monotonic() - round_started:.0f} s",
+                flush=True,
+            )
             if code not in (0, 1) or not junit.exists():  # a crash or a hang, not a failed test
                 print((work / f"round-{number}.log").read_text(errors="replace")[-3000:])
                 tallies["(the round itself)"].runs += 1

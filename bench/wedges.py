@@ -58,8 +58,15 @@ SHOW_WITHIN_S = 4.0
 SHAPES = {"1P1D": TopologySpec(prefill=1, decode=1), "2P2D": TopologySpec(prefill=2, decode=2)}
 NETWORK = ["Latency", "Timeout", "Down", "ResetPeer", "LimitData", "Bandwidth", "SlowClose"]
 COMPONENT = ["Pause", "Kill", "Restart", "DecodeOnlyRestart"]
-ENGINE = ["StallBeforeFirstToken", "StallAfterTokens", "Serialize", "ErrorStatus",
-          "SlowTokens", "Crash", "RefuseBootstrap"]  # fmt: skip
+ENGINE = [
+    "StallBeforeFirstToken",
+    "StallAfterTokens",
+    "Serialize",
+    "ErrorStatus",
+    "SlowTokens",
+    "Crash",
+    "RefuseBootstrap",
+]
 
 
 @dataclass
@@ -75,14 +82,25 @@ class Draw:
 
 def hops_for(kind: str, spec: TopologySpec) -> list[str]:
     p, d = spec.prefill_names, spec.decode_names
-    links = ["client->router", *(f"router->{w}" for w in [*p, *d]),
-             *(f"{dd}->{pp}" for dd in d for pp in p)]  # fmt: skip
+    links = [
+        "client->router",
+        *(f"router->{w}" for w in [*p, *d]),
+        *(f"{dd}->{pp}" for dd in d for pp in p),
+    ]
     return {
-        "network": links, "Pause": ["router", *p, *d], "Kill": ["router", *p, *d],
-        "Restart": ["router", *p, *d], "DecodeOnlyRestart": d, "StallBeforeFirstToken": [*p, *d],
-        "StallAfterTokens": d, "Serialize": d, "ErrorStatus": [*p, *d], "SlowTokens": d,
-        "Crash": [*p, *d], "RefuseBootstrap": p,
-    }["network" if kind in NETWORK else kind]  # fmt: skip
+        "network": links,
+        "Pause": ["router", *p, *d],
+        "Kill": ["router", *p, *d],
+        "Restart": ["router", *p, *d],
+        "DecodeOnlyRestart": d,
+        "StallBeforeFirstToken": [*p, *d],
+        "StallAfterTokens": d,
+        "Serialize": d,
+        "ErrorStatus": [*p, *d],
+        "SlowTokens": d,
+        "Crash": [*p, *d],
+        "RefuseBootstrap": p,
+    }["network" if kind in NETWORK else kind]
 
 
 def draw(seed: int) -> Draw:
@@ -93,26 +111,48 @@ def draw(seed: int) -> Draw:
     params: dict[str, Any] = {
         "Latency": {"latency_ms": rnd.choice([1500, 3000])},
         "Timeout": {"timeout_ms": 0, "stream": rnd.choice(["upstream", "downstream"])},
-        "ResetPeer": {"timeout_ms": 0}, "LimitData": {"bytes": rnd.choice([200, 2000])},
-        "Bandwidth": {"rate_kb_per_s": 1}, "SlowClose": {"delay_ms": 2000},
-        "StallAfterTokens": {"tokens": 3}, "ErrorStatus": {"status": rnd.choice([500, 503])},
+        "ResetPeer": {"timeout_ms": 0},
+        "LimitData": {"bytes": rnd.choice([200, 2000])},
+        "Bandwidth": {"rate_kb_per_s": 1},
+        "SlowClose": {"delay_ms": 2000},
+        "StallAfterTokens": {"tokens": 3},
+        "ErrorStatus": {"status": rnd.choice([500, 503])},
         "SlowTokens": {"itl_ms": 300.0},
-    }.get(fault, {})  # fmt: skip
+    }.get(fault, {})
     workers = [*spec.prefill_names, *spec.decode_names]
     stray = rnd.choice(workers) if rnd.random() < 0.5 else None
-    return Draw(seed, shape, fault, rnd.choice(hops_for(fault, spec)), params, stray,
-                round(rnd.uniform(0.1, 1.2), 2))  # fmt: skip
+    return Draw(
+        seed,
+        shape,
+        fault,
+        rnd.choice(hops_for(fault, spec)),
+        params,
+        stray,
+        round(rnd.uniform(0.1, 1.2), 2),
+    )
 
 
 def make_fault(d: Draw) -> Fault:
     kinds: dict[str, Any] = {
-        "Latency": Latency, "Timeout": Timeout, "Down": Down, "ResetPeer": ResetPeer,
-        "LimitData": LimitData, "Bandwidth": Bandwidth, "SlowClose": SlowClose,
-        "Pause": Pause, "Kill": Kill, "Restart": Restart, "DecodeOnlyRestart": DecodeOnlyRestart,
-        "StallBeforeFirstToken": StallBeforeFirstToken, "StallAfterTokens": StallAfterTokens,
-        "Serialize": Serialize, "ErrorStatus": ErrorStatus, "SlowTokens": SlowTokens,
-        "Crash": Crash, "RefuseBootstrap": RefuseBootstrap,
-    }  # fmt: skip
+        "Latency": Latency,
+        "Timeout": Timeout,
+        "Down": Down,
+        "ResetPeer": ResetPeer,
+        "LimitData": LimitData,
+        "Bandwidth": Bandwidth,
+        "SlowClose": SlowClose,
+        "Pause": Pause,
+        "Kill": Kill,
+        "Restart": Restart,
+        "DecodeOnlyRestart": DecodeOnlyRestart,
+        "StallBeforeFirstToken": StallBeforeFirstToken,
+        "StallAfterTokens": StallAfterTokens,
+        "Serialize": Serialize,
+        "ErrorStatus": ErrorStatus,
+        "SlowTokens": SlowTokens,
+        "Crash": Crash,
+        "RefuseBootstrap": RefuseBootstrap,
+    }
     fault: Fault = kinds[d.fault](target=d.hop, **d.params)
     return fault
 
@@ -126,9 +166,12 @@ def injected(d: Draw, spec: TopologySpec) -> set[str]:
 
 def _shows(wedge: Wedge, since: float) -> bool:
     now = time.time()
-    return any(r.overdue(OVERDUE_S, now) or r.held_by_client(OVERDUE_S, now)
-               or (r.state in ("error", "timeout", "unknown") and (r.finished or 0) >= since)
-               for r in wedge.ledger.by_origin("harness"))  # fmt: skip
+    return any(
+        r.overdue(OVERDUE_S, now)
+        or r.held_by_client(OVERDUE_S, now)
+        or (r.state in ("error", "timeout", "unknown") and (r.finished or 0) >= since)
+        for r in wedge.ledger.by_origin("harness")
+    )
 
 
 def _reset(topology: Any) -> None:
@@ -172,10 +215,14 @@ def run_draw(session: WedgeSession, d: Draw) -> dict[str, Any]:
         diagnose(wedge, "harness", OVERDUE_S, since=started, oracle=False)
         row["latency_s"] = round(time.perf_counter() - t0, 4)
         oracle = (diagnosis.oracle or {}).get("location", diagnosis.location)
-        row |= {"blind": diagnosis.location, "confidence": diagnosis.confidence,
-                "oracle": oracle, "injected": sorted(injected(d, spec)),
-                "in_flight": sum(1 for r in wedge.ledger.records if r.state == "pending"),
-                "decided_by": diagnosis.decided_by[:3]}  # fmt: skip
+        row |= {
+            "blind": diagnosis.location,
+            "confidence": diagnosis.confidence,
+            "oracle": oracle,
+            "injected": sorted(injected(d, spec)),
+            "in_flight": sum(1 for r in wedge.ledger.records if r.state == "pending"),
+            "decided_by": diagnosis.decided_by[:3],
+        }
     except Exception as exc:  # a draw that cannot run is recorded, not fatal
         row["error"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -197,8 +244,11 @@ def latency_1000_in_flight(session: WedgeSession, runs: int = 5) -> list[float]:
     try:
         wedge.apply(Pause("router"))
         wedge.harness(agents=1000, rounds=1, client_timeout_s=60)
-        wait_for(lambda: len(wedge.ledger.by_origin("harness").overdue(OVERDUE_S)) >= 1000,
-                 timeout_s=60, what="1000 overdue requests")  # fmt: skip
+        wait_for(
+            lambda: len(wedge.ledger.by_origin("harness").overdue(OVERDUE_S)) >= 1000,
+            timeout_s=60,
+            what="1000 overdue requests",
+        )
         out = []
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -218,19 +268,24 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     wrong_sure = sum(1 for r in ok if r["blind"] != r["oracle"] and r["confidence"] == "certain")
     unknown = sum(1 for r in ok if r["confidence"] == "unknown")
     agrees = sum(1 for r in ok if r["oracle"] in r["injected"])
-    return {"draws": len(rows), "draws_failed": len(rows) - len(ok),
-            "blind_accuracy_pct": 100 * right / n, "blind_certain_wrong": wrong_sure,
-            "blind_unknown_pct": 100 * unknown / n,
-            "oracle_agrees_with_injected_pct": 100 * agrees / n,
-            "diagnosis_latency_s": statistics.median(r["latency_s"] for r in ok) if ok else 0.0}
+    return {
+        "draws": len(rows),
+        "draws_failed": len(rows) - len(ok),
+        "blind_accuracy_pct": 100 * right / n,
+        "blind_certain_wrong": wrong_sure,
+        "blind_unknown_pct": 100 * unknown / n,
+        "oracle_agrees_with_injected_pct": 100 * agrees / n,
+        "diagnosis_latency_s": statistics.median(r["latency_s"] for r in ok) if ok else 0.0,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.wedges")
     parser.add_argument("--draws", type=int, default=int(os.environ.get("WEDGE_BENCH_DRAWS", 200)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("WEDGE_BENCH_SEED", 11)))
-    parser.add_argument("--out", default=os.environ.get("WEDGE_BENCH_OUT",
-                                                        ".wedge-artifacts/bench/wedges.json"))
+    parser.add_argument(
+        "--out", default=os.environ.get("WEDGE_BENCH_OUT", ".wedge-artifacts/bench/wedges.json")
+    )
     parser.add_argument("--replay", type=int, nargs="*", default=[])
     args = parser.parse_args(argv if argv is not None else [])
     seeds = args.replay or [args.seed * 100_000 + i for i in range(args.draws)]
@@ -240,13 +295,21 @@ def main(argv: list[str] | None = None) -> None:
         for i, seed in enumerate(seeds):
             rows.append(run_draw(session, draw(seed)))
             r = rows[-1]
-            print(f"# {i + 1}/{len(seeds)} seed={seed} {r['shape']} {r['fault']} on {r['hop']}: "
-                  f"oracle={r.get('oracle')} blind={r.get('blind')} ({r.get('confidence')})"
-                  + (f" ERROR {r['error']}" if "error" in r else ""), flush=True)
+            print(
+                f"# {i + 1}/{len(seeds)} seed={seed} {r['shape']} {r['fault']} on {r['hop']}: "
+                f"oracle={r.get('oracle')} blind={r.get('blind')} ({r.get('confidence')})"
+                + (f" ERROR {r['error']}" if "error" in r else ""),
+                flush=True,
+            )
         big = latency_1000_in_flight(session) if not args.replay else []
     figures = summarize(rows)
-    for name in ("blind_accuracy_pct", "blind_certain_wrong", "blind_unknown_pct",
-                 "oracle_agrees_with_injected_pct", "diagnosis_latency_s"):
+    for name in (
+        "blind_accuracy_pct",
+        "blind_certain_wrong",
+        "blind_unknown_pct",
+        "oracle_agrees_with_injected_pct",
+        "diagnosis_latency_s",
+    ):
         report(name, figures[name])
     if big:
         figures["diagnosis_latency_1000_inflight_s"] = statistics.median(big)
@@ -254,8 +317,17 @@ def main(argv: list[str] | None = None) -> None:
     report("wedge_draws", figures["draws"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"seed": args.seed, "figures": figures, "draws": rows,
-                               "wall_s": round(time.time() - started, 1)}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "seed": args.seed,
+                "figures": figures,
+                "draws": rows,
+                "wall_s": round(time.time() - started, 1),
+            },
+            indent=1,
+        )
+    )
     print(f"# draws written to {out} (replay one: python -m bench.wedges --replay <seed>)")
 
 

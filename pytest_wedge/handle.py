@@ -113,8 +113,9 @@ class Wedge:
 
         with contextlib.suppress(Exception):  # the test's own exception is what must surface
             label = "at Ctrl-C" if isinstance(error, KeyboardInterrupt) else "at failure"
-            self.failure_moment = capture_moment(self, label, error=error,
-                                                 test_started=self.started)  # fmt: skip
+            self.failure_moment = capture_moment(
+                self, label, error=error, test_started=self.started
+            )
 
     # -- load ----------------------------------------------------------------------------------
     def harness(self, **options: Any) -> Harness:
@@ -216,9 +217,14 @@ class Wedge:
 
         See :func:`pytest_wedge.watchdogs.clearing.expect_cleared`.
         """
-        return expect_cleared(self, within_s=within_s, origin=origin, watchdogs=watchdogs,
-                              require_recovery=require_recovery,
-                              overdue_after_s=overdue_after_s)  # fmt: skip
+        return expect_cleared(
+            self,
+            within_s=within_s,
+            origin=origin,
+            watchdogs=watchdogs,
+            require_recovery=require_recovery,
+            overdue_after_s=overdue_after_s,
+        )
 
     def expect_quiet(
         self,

@@ -161,9 +161,7 @@ def _open(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On failure, including a pytest-timeout (signal method), before teardown runs: the
     wedge section in the terminal and JUnit XML, and the artifacts on disk."""
     report: pytest.TestReport = yield  # type: ignore[assignment]
@@ -208,8 +206,9 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[ARTIFACTS_KEY] = str(base)
 
 
-def _point_at_the_test(item: pytest.Item, call: pytest.CallInfo[None],
-                       report: pytest.TestReport) -> None:  # fmt: skip
+def _point_at_the_test(
+    item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+) -> None:
     """A ConfigError raised in a test is a mistake in the test's use of pytest-wedge (an
     unknown link, a bad fault argument): show the test's line and our explanation, not the
     frames of pytest-wedge's internals (``--full-trace`` still shows them)."""
@@ -226,7 +225,9 @@ def _point_at_the_test(item: pytest.Item, call: pytest.CallInfo[None],
     frames = [entry for entry in excinfo.traceback if Path(entry.path) == item.path]
     if frames:
         entry = frames[-1]
-        lines += [f"{entry.path}:{entry.lineno + 1}: in {entry.name}",
-                  f"    {str(entry.statement).strip()}"]  # fmt: skip
+        lines += [
+            f"{entry.path}:{entry.lineno + 1}: in {entry.name}",
+            f"    {str(entry.statement).strip()}",
+        ]
     lines.append(f"{type(excinfo.value).__name__}: {excinfo.value}")
     report.longrepr = "\n".join(lines)

@@ -98,8 +98,11 @@ def wait_for(
     facts = {"waited": f"{timeout_s:.1f} s", "checks": polled.checks}
     if describe is not None:
         facts["last seen"] = describe()
-    raise WaitTimeout(f"Timed out waiting for {what}", facts=facts,
-                      fix="see the wedge report for where requests are held")  # fmt: skip
+    raise WaitTimeout(
+        f"Timed out waiting for {what}",
+        facts=facts,
+        fix="see the wedge report for where requests are held",
+    )
 
 
 def observe(

@@ -24,8 +24,11 @@ ROUTER_ENV = "PYTEST_WEDGE_ROUTER"  # the environment variable of --wedge-router
 
 def router_option(what: str) -> dict[str, Any]:
     """``--router``, as pytest's ``--wedge-router``: the same kinds, the same variable."""
-    return {"choices": BUILT_IN, "default": os.environ.get(ROUTER_ENV) or "smg",
-            "help": f"{what}: {', '.join(BUILT_IN)} (default: ${ROUTER_ENV}, else smg)"}
+    return {
+        "choices": BUILT_IN,
+        "default": os.environ.get(ROUTER_ENV) or "smg",
+        "help": f"{what}: {', '.join(BUILT_IN)} (default: ${ROUTER_ENV}, else smg)",
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,19 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
         "on PATH it is built with `go install`; otherwise this platform's release binary is "
         "downloaded and checked against its pinned SHA-256.",
     )
-    install.add_argument("--dest", type=Path, default=default_dest(),
-                         help="directory to install into (default: this environment's bin/, "
-                         "%(default)s)")  # fmt: skip
-    install.add_argument("--method", choices=("auto", "go", "download"), default="auto",
-                         help="auto (default): go when Go is on PATH, else download")
-    install.add_argument("--base-url", default=None,
-                         help=f"where the release assets are (default: ${URL_ENV}, else "
-                         "the GitHub release)")  # fmt: skip
-    install.add_argument("--checksums", type=Path, default=None,
-                         help=f"a `SHA256  NAME` file replacing the pinned table (default: "
-                         f"${CHECKSUMS_ENV})")  # fmt: skip
-    install.add_argument("--force", action="store_true",
-                         help="install even if v2.12.0 is there already")
+    install.add_argument(
+        "--dest",
+        type=Path,
+        default=default_dest(),
+        help="directory to install into (default: this environment's bin/, %(default)s)",
+    )
+    install.add_argument(
+        "--method",
+        choices=("auto", "go", "download"),
+        default="auto",
+        help="auto (default): go when Go is on PATH, else download",
+    )
+    install.add_argument(
+        "--base-url",
+        default=None,
+        help=f"where the release assets are (default: ${URL_ENV}, else the GitHub release)",
+    )
+    install.add_argument(
+        "--checksums",
+        type=Path,
+        default=None,
+        help=f"a `SHA256  NAME` file replacing the pinned table (default: ${CHECKSUMS_ENV})",
+    )
+    install.add_argument(
+        "--force", action="store_true", help="install even if v2.12.0 is there already"
+    )
 
     up = commands.add_parser(
         "up",
@@ -67,44 +83,92 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--prefill", type=int, default=1, help="prefill workers (default 1)")
     up.add_argument("--decode", type=int, default=1, help="decode workers (default 1)")
-    up.add_argument("--router-arg", action="append", default=[], metavar="ARG",
-                    help="one extra router argument (repeat it; write --router-arg=--flag)")
-    up.add_argument("--stub", action="append", default=[], metavar="KEY=VALUE",
-                    help="a stub option (StubOptions field), e.g. --stub itl_ms=5")
-    up.add_argument("--runtime", choices=("process", "docker"), default=None,
-                    help="process (default) or docker")
-    up.add_argument("--router", **router_option("the router kind (a pinned kind's cached venv "
-                    "is made on first use)"))
-    up.add_argument("--worker-protocol", choices=WORKER_PROTOCOLS, default="sglang",
-                    help="the stubs' protocol: sglang (default) or vllm (for vllm-router)")
-    up.add_argument("--toxiproxy", default=None, metavar="PATH",
-                    help="the toxiproxy-server binary (default: discovery, as in pytest)")
-    up.add_argument("--artifacts", default=".wedge-artifacts",
-                    help="where the component logs go (default: %(default)s)")
-    up.add_argument("--ready-timeout", type=float, default=30.0,
-                    help="seconds the topology may take to come up (default 30)")
-    up.add_argument("--json", action="store_true",
-                    help="print the URLs and links as one JSON object")
-    up.add_argument("router_args", nargs="*", metavar="-- ROUTER_ARGS",
-                    help="extra router arguments, after --")
+    up.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one extra router argument (repeat it; write --router-arg=--flag)",
+    )
+    up.add_argument(
+        "--stub",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a stub option (StubOptions field), e.g. --stub itl_ms=5",
+    )
+    up.add_argument(
+        "--runtime", choices=("process", "docker"), default=None, help="process (default) or docker"
+    )
+    up.add_argument(
+        "--router",
+        **router_option("the router kind (a pinned kind's cached venv is made on first use)"),
+    )
+    up.add_argument(
+        "--worker-protocol",
+        choices=WORKER_PROTOCOLS,
+        default="sglang",
+        help="the stubs' protocol: sglang (default) or vllm (for vllm-router)",
+    )
+    up.add_argument(
+        "--toxiproxy",
+        default=None,
+        metavar="PATH",
+        help="the toxiproxy-server binary (default: discovery, as in pytest)",
+    )
+    up.add_argument(
+        "--artifacts",
+        default=".wedge-artifacts",
+        help="where the component logs go (default: %(default)s)",
+    )
+    up.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=30.0,
+        help="seconds the topology may take to come up (default 30)",
+    )
+    up.add_argument(
+        "--json", action="store_true", help="print the URLs and links as one JSON object"
+    )
+    up.add_argument(
+        "router_args", nargs="*", metavar="-- ROUTER_ARGS", help="extra router arguments, after --"
+    )
 
     doctor = commands.add_parser(
-        "doctor", help="show which programs, versions and runtimes are found, and why not",
+        "doctor",
+        help="show which programs, versions and runtimes are found, and why not",
     )
-    doctor.add_argument("--toxiproxy", default=None, metavar="PATH",
-                        help="check this toxiproxy-server instead of discovering one")
-    doctor.add_argument("--router", **router_option("the router kind the run will use (a "
-                        "pinned kind's venv is made on first use, never by doctor)"))
+    doctor.add_argument(
+        "--toxiproxy",
+        default=None,
+        metavar="PATH",
+        help="check this toxiproxy-server instead of discovering one",
+    )
+    doctor.add_argument(
+        "--router",
+        **router_option(
+            "the router kind the run will use (a "
+            "pinned kind's venv is made on first use, never by doctor)"
+        ),
+    )
 
     reference = commands.add_parser(
-        "reference", help="write the reference pages (faults, load options, ledger, metrics)",
+        "reference",
+        help="write the reference pages (faults, load options, ledger, metrics)",
         description="Render docs/reference/*.md from the code: every fault and its fields, "
         "every load option, the client ledger's fields and the metrics the evidence reads.",
     )
-    reference.add_argument("--out", type=Path, default=Path("docs") / "reference",
-                           help="directory to write into (default: %(default)s)")
-    reference.add_argument("--check", action="store_true",
-                           help="write nothing; exit 1 if a page there differs from the code")
+    reference.add_argument(
+        "--out",
+        type=Path,
+        default=Path("docs") / "reference",
+        help="directory to write into (default: %(default)s)",
+    )
+    reference.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a page there differs from the code",
+    )
     return parser
 
 
@@ -114,8 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "install-toxiproxy":
             from pytest_wedge.cli.install import install
 
-            install(args.dest, method=args.method, base_url=args.base_url,
-                    checksums=args.checksums, force=args.force)  # fmt: skip
+            install(
+                args.dest,
+                method=args.method,
+                base_url=args.base_url,
+                checksums=args.checksums,
+                force=args.force,
+            )
             return 0
         if args.command == "up":
             from pytest_wedge.cli.up import run_up

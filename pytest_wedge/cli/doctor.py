@@ -59,8 +59,12 @@ def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
     version = binary_version(found.path)
     detail = f"{version or '(no version reported)'} {found.path} (found in {found.source})"
     if version != TOXIPROXY_VERSION:
-        return Check("toxiproxy", "!!", f"{detail}; pytest-wedge is built against "
-                     f"{TOXIPROXY_VERSION}: run `pytest-wedge install-toxiproxy --force`")
+        return Check(
+            "toxiproxy",
+            "!!",
+            f"{detail}; pytest-wedge is built against "
+            f"{TOXIPROXY_VERSION}: run `pytest-wedge install-toxiproxy --force`",
+        )
     return Check("toxiproxy", "ok", detail)
 
 
@@ -69,12 +73,17 @@ def check_smg(chosen: bool = True) -> Check:
     (``topology.running.find_executables``), so its absence is "!!" even then."""
     path = smg_path()
     if path is None:
-        return Check("smg", "!!", f"not on PATH nor next to {sys.executable}. To fix this: "
-                     "pip install 'smg>=1.13,<1.14' into this environment")  # fmt: skip
+        return Check(
+            "smg",
+            "!!",
+            f"not on PATH nor next to {sys.executable}. To fix this: "
+            "pip install 'smg>=1.13,<1.14' into this environment",
+        )
     version = probe_version([path, "--version"]) or package_version("smg")
     role = "the router" if chosen else "router kind smg"
-    return Check("smg", "ok", f"{version or '(no version reported)'} {path} ({role}, "
-                 "this environment)")  # fmt: skip
+    return Check(
+        "smg", "ok", f"{version or '(no version reported)'} {path} ({role}, this environment)"
+    )
 
 
 def check_isolated_router(name: str, chosen: bool) -> Check:
@@ -84,29 +93,46 @@ def check_isolated_router(name: str, chosen: bool) -> Check:
     role = "the router" if chosen else f"router kind {name}"
     env = ready_env(kind.package, kind.version)
     if env is None:
-        return Check(name, "--", f"not made yet: its isolated venv "
-                     f"{env_path(kind.package, kind.version)} is made on first use ({role}; "
-                     f"pip installs {kind.package}=={kind.version}, so the package index must "
-                     f"be reachable then), e.g. by `pytest-wedge up --router {name}`")  # fmt: skip
+        return Check(
+            name,
+            "--",
+            f"not made yet: its isolated venv "
+            f"{env_path(kind.package, kind.version)} is made on first use ({role}; "
+            f"pip installs {kind.package}=={kind.version}, so the package index must "
+            f"be reachable then), e.g. by `pytest-wedge up --router {name}`",
+        )
     version = env_version(env) or "(version not found in the venv)"
     pinned = "" if version == kind.version else f", pinned {kind.version}"
-    return Check(name, "ok", f"{version} {env.script(kind.script)} ({role}, isolated venv "
-                 f"{env.path}{pinned})")  # fmt: skip
+    return Check(
+        name,
+        "ok",
+        f"{version} {env.script(kind.script)} ({role}, isolated venv {env.path}{pinned})",
+    )
 
 
 def check_routers(chosen: str) -> list[Check]:
     """One line per built-in router kind, the chosen one named "the router"."""
-    return [check_smg(name == chosen) if not adapter(name).isolated
-            else check_isolated_router(name, name == chosen) for name in BUILT_IN]  # fmt: skip
+    return [
+        check_smg(name == chosen)
+        if not adapter(name).isolated
+        else check_isolated_router(name, name == chosen)
+        for name in BUILT_IN
+    ]
 
 
 def check_go() -> Check:
     go = shutil.which("go")
     if go is None:
-        return Check("go", "--", "not on PATH: install-toxiproxy downloads the release "
-                     "binary instead of building it")  # fmt: skip
-    return Check("go", "ok", f"{probe_version([go, 'version']) or '?'} {go} "
-                 "(install-toxiproxy builds with it)")  # fmt: skip
+        return Check(
+            "go",
+            "--",
+            "not on PATH: install-toxiproxy downloads the release binary instead of building it",
+        )
+    return Check(
+        "go",
+        "ok",
+        f"{probe_version([go, 'version']) or '?'} {go} (install-toxiproxy builds with it)",
+    )
 
 
 def check_docker() -> Check:
@@ -115,8 +141,12 @@ def check_docker() -> Check:
     try:
         import docker
     except ImportError:
-        return Check("docker", "--", "the Docker SDK for Python is not installed, so the "
-                     "docker runtime is off. To fix this: pip install 'pytest-wedge[docker]'")
+        return Check(
+            "docker",
+            "--",
+            "the Docker SDK for Python is not installed, so the "
+            "docker runtime is off. To fix this: pip install 'pytest-wedge[docker]'",
+        )
     try:
         client = docker.from_env(timeout=5)
         try:
@@ -126,18 +156,30 @@ def check_docker() -> Check:
     except Exception as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         makefile = Path.cwd() / "Makefile"
-        how = (" (`make docker-up` starts a private one)" if makefile.is_file()
-               and "docker-up" in makefile.read_text(errors="replace") else "")  # fmt: skip
-        return Check("docker", "--", f"no daemon answered at {host}: {reason}. The docker "
-                     f"runtime needs a daemon on this machine{how}")
+        how = (
+            " (`make docker-up` starts a private one)"
+            if makefile.is_file() and "docker-up" in makefile.read_text(errors="replace")
+            else ""
+        )
+        return Check(
+            "docker",
+            "--",
+            f"no daemon answered at {host}: {reason}. The docker "
+            f"runtime needs a daemon on this machine{how}",
+        )
     return Check("docker", "ok", f"daemon {version} at {host} (the docker runtime can run)")
 
 
 def check_plugin() -> Check:
     """That pytest loads the plugin in this environment (its entry point is registered)."""
     try:
-        done = subprocess.run([sys.executable, "-c", "import pytest_wedge.plugin"],
-                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", "import pytest_wedge.plugin"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return Check("plugin", "!!", f"cannot load pytest_wedge.plugin: {exc}")
     if done.returncode != 0:
@@ -147,9 +189,15 @@ def check_plugin() -> Check:
 
 
 def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout, router: str = "smg") -> int:
-    checks = [check_python(), check_packages(), check_plugin(),
-              check_toxiproxy(toxiproxy, Path.cwd()), *check_routers(router), check_go(),
-              check_docker()]  # fmt: skip
+    checks = [
+        check_python(),
+        check_packages(),
+        check_plugin(),
+        check_toxiproxy(toxiproxy, Path.cwd()),
+        *check_routers(router),
+        check_go(),
+        check_docker(),
+    ]
     print("pytest-wedge doctor", file=out)
     width = max(len(c.name) for c in checks)
     for check in checks:

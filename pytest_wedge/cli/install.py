@@ -36,18 +36,19 @@ CHECKSUMS_ENV = "PYTEST_WEDGE_TOXIPROXY_CHECKSUMS"
 # SHA-256 of the v2.12.0 release assets (toxiproxy-server-<os>-<arch>), as published in the
 # release's checksums.txt. Windows is not pinned: there, install Go or pass --checksums.
 SHA256: Mapping[str, str] = {
-    "toxiproxy-server-linux-amd64":
-        "556d891134a3c582dc1e1a3f7335fd55142e5965769855a00b944e13e48302fc",
-    "toxiproxy-server-linux-arm64":
-        "53e770c1c3035b5a9f1bc629fce537db1f95f62b26f4ebe6e756afd701cf077c",
-    "toxiproxy-server-darwin-amd64":
-        "9625bba4bd96117eedae49f982aba4c2f462b268dd406c9ff18186f9b1ef8afe",
-    "toxiproxy-server-darwin-arm64":
-        "aa299966b52f16a8594f1cd0d1e9049dc2e8fe2c04a90c19860e2719b2b95d15",
-}  # fmt: skip
+    "toxiproxy-server-linux-amd64": "556d891134a3c582dc1e1a3f7335fd55142e5965769855a00b944e13e48302fc",
+    "toxiproxy-server-linux-arm64": "53e770c1c3035b5a9f1bc629fce537db1f95f62b26f4ebe6e756afd701cf077c",
+    "toxiproxy-server-darwin-amd64": "9625bba4bd96117eedae49f982aba4c2f462b268dd406c9ff18186f9b1ef8afe",
+    "toxiproxy-server-darwin-arm64": "aa299966b52f16a8594f1cd0d1e9049dc2e8fe2c04a90c19860e2719b2b95d15",
+}
 _OS = {"Linux": "linux", "Darwin": "darwin"}
-_ARCH = {"x86_64": "amd64", "amd64": "amd64", "AMD64": "amd64", "aarch64": "arm64",
-         "arm64": "arm64"}  # fmt: skip
+_ARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "AMD64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+}
 
 
 class InstallError(WedgeError):
@@ -77,9 +78,12 @@ def read_checksums(path: Path) -> dict[str, str]:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise InstallError(f"Cannot read the checksum file {path}", facts={"error": exc},
-                           fix=f"pass --checksums (or {CHECKSUMS_ENV}) naming a readable "
-                           "file of `SHA256  NAME` lines") from exc  # fmt: skip
+        raise InstallError(
+            f"Cannot read the checksum file {path}",
+            facts={"error": exc},
+            fix=f"pass --checksums (or {CHECKSUMS_ENV}) naming a readable "
+            "file of `SHA256  NAME` lines",
+        ) from exc
     table = {}
     for line in lines:
         parts = line.split()
@@ -88,20 +92,30 @@ def read_checksums(path: Path) -> dict[str, str]:
     return table
 
 
-def install(dest: Path, *, method: str = "auto", base_url: str | None = None,
-            checksums: Path | None = None, force: bool = False,
-            say: Callable[[str], None] = print) -> Path:  # fmt: skip
+def install(
+    dest: Path,
+    *,
+    method: str = "auto",
+    base_url: str | None = None,
+    checksums: Path | None = None,
+    force: bool = False,
+    say: Callable[[str], None] = print,
+) -> Path:
     """Install toxiproxy-server into ``dest``; returns its path. Safe to run again."""
     dest = dest.resolve()  # go install wants an absolute GOBIN; `--dest bin` is relative
     target = dest / BINARY
-    if not force and target.is_file() and probe_version([str(target), "-version"]) == \
-            TOXIPROXY_VERSION:  # fmt: skip
+    if (
+        not force
+        and target.is_file()
+        and probe_version([str(target), "-version"]) == TOXIPROXY_VERSION
+    ):
         say(f"{target} is Toxiproxy {TOXIPROXY_VERSION} already (--force installs it again)")
         return target
     go = shutil.which("go")
     if method == "go" and go is None:
-        raise InstallError("--method go needs Go, which is not on PATH",
-                           fix="install Go, or use --method download")  # fmt: skip
+        raise InstallError(
+            "--method go needs Go, which is not on PATH", fix="install Go, or use --method download"
+        )
     created = not dest.exists()
     try:
         dest.mkdir(parents=True, exist_ok=True)
@@ -111,8 +125,9 @@ def install(dest: Path, *, method: str = "auto", base_url: str | None = None,
             go_install(go, target)
         else:
             base = base_url or os.environ.get(URL_ENV) or RELEASE_URL
-            checksums = checksums or (Path(os.environ[CHECKSUMS_ENV])
-                                      if os.environ.get(CHECKSUMS_ENV) else None)  # fmt: skip
+            checksums = checksums or (
+                Path(os.environ[CHECKSUMS_ENV]) if os.environ.get(CHECKSUMS_ENV) else None
+            )
             table = read_checksums(checksums) if checksums else dict(SHA256)
             download(base, target, table, say=say)
     except BaseException:
@@ -130,26 +145,44 @@ def go_install(go: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gobin-") as gobin:
         flags = f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip()
         env = {**os.environ, "GOBIN": gobin, "GOFLAGS": flags}
-        argv = [go, "install", "-ldflags", f"-X {GO_MODULE}.Version={TOXIPROXY_VERSION}",
-                f"{GO_MODULE}/cmd/server@v{TOXIPROXY_VERSION}"]  # fmt: skip
+        argv = [
+            go,
+            "install",
+            "-ldflags",
+            f"-X {GO_MODULE}.Version={TOXIPROXY_VERSION}",
+            f"{GO_MODULE}/cmd/server@v{TOXIPROXY_VERSION}",
+        ]
         try:
-            done = subprocess.run(argv, cwd=gobin, env=env, capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=900, check=False)  # fmt: skip
+            done = subprocess.run(
+                argv,
+                cwd=gobin,
+                env=env,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=900,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise InstallError("go install did not finish in 15 minutes",
-                               facts={"command": " ".join(argv)},
-                               fix="check the network path to the Go module proxy "
-                               "(GOPROXY), or use --method download") from exc  # fmt: skip
+            raise InstallError(
+                "go install did not finish in 15 minutes",
+                facts={"command": " ".join(argv)},
+                fix="check the network path to the Go module proxy "
+                "(GOPROXY), or use --method download",
+            ) from exc
         built = Path(gobin) / "server"
         if done.returncode != 0 or not built.is_file():
             raise InstallError(
                 "go install of Toxiproxy failed",
-                facts={"command": " ".join(argv), "exit code": done.returncode,
-                       "GOPROXY": os.environ.get("GOPROXY", "(default)")},
+                facts={
+                    "command": " ".join(argv),
+                    "exit code": done.returncode,
+                    "GOPROXY": os.environ.get("GOPROXY", "(default)"),
+                },
                 log_tail="\n".join((done.stdout + done.stderr).splitlines()[-15:]),
                 fix="check the network path to the Go module proxy (GOPROXY), or use "
                 "--method download",
-            )  # fmt: skip
+            )
         os.replace(built, target)
 
 
@@ -161,8 +194,9 @@ def _opener(url: str) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener()
 
 
-def download(base_url: str, target: Path, checksums: Mapping[str, str], *,
-             say: Callable[[str], None] = print) -> None:  # fmt: skip
+def download(
+    base_url: str, target: Path, checksums: Mapping[str, str], *, say: Callable[[str], None] = print
+) -> None:
     """Fetch this platform's release asset, check its SHA-256, then move it into place.
 
     The bytes go to a temporary file next to ``target``; on any failure it is removed, so
@@ -191,19 +225,19 @@ def download(base_url: str, target: Path, checksums: Mapping[str, str], *,
         if digest.hexdigest() != expected.lower():
             raise InstallError(
                 f"The downloaded {asset} does not match its pinned SHA-256; it was not installed",
-                facts={"url": url, "expected": expected, "got": digest.hexdigest(),
-                       "bytes": size},
+                facts={"url": url, "expected": expected, "got": digest.hexdigest(), "bytes": size},
                 fix="the file was altered or truncated on the way (a proxy, a mirror, a "
                 "partial download): retry, or point --base-url at a trusted copy",
-            )  # fmt: skip
+            )
         os.chmod(part, 0o755)
         os.replace(part, target)
     except (urllib.error.URLError, OSError) as exc:
         raise InstallError(
-            f"Cannot download {asset}", facts={"url": url, "error": exc},
+            f"Cannot download {asset}",
+            facts={"url": url, "error": exc},
             fix=f"check the network path to {base_url}, or set --base-url (or {URL_ENV}) "
             "to a mirror; with Go on PATH, --method go builds it instead",
-        ) from exc  # fmt: skip
+        ) from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(part)

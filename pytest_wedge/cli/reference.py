@@ -36,9 +36,11 @@ def run_reference(out: Path, *, check: bool, stream: TextIO | None = None) -> in
     if check:
         stale = stale_pages(out, pages)
         if stale:
-            print(f"stale reference pages in {out}: {', '.join(stale)}. "
-                  f"To fix this: run {REGENERATE} and commit the pages.",
-                  file=stream or sys.stderr)  # fmt: skip
+            print(
+                f"stale reference pages in {out}: {', '.join(stale)}. "
+                f"To fix this: run {REGENERATE} and commit the pages.",
+                file=stream or sys.stderr,
+            )
             return 1
         print(f"the reference pages in {out} match the code", file=said)
         return 0

@@ -52,9 +52,11 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
     plan = topology.plan
     components: dict[str, Any] = {}
     for name in topology.components:
-        entry: dict[str, Any] = {"url": f"http://127.0.0.1:{plan.http[name]}",
-                                 "pid": topology.runtime.pid(name),
-                                 "log": topology.runtime.log_path(name)}  # fmt: skip
+        entry: dict[str, Any] = {
+            "url": f"http://127.0.0.1:{plan.http[name]}",
+            "pid": topology.runtime.pid(name),
+            "log": topology.runtime.log_path(name),
+        }
         if name == "router":
             entry["metrics"] = topology.router_metrics_url
         if name in plan.bootstrap:
@@ -78,20 +80,26 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
 
 def render(info: Mapping[str, Any]) -> str:
     width = max(len(name) for name in (*info["components"], "toxiproxy", "client"))
-    lines = [f"{'client'.ljust(width)}  {info['client_url']}  send requests here "
-             "(the client->router link)"]  # fmt: skip
+    lines = [
+        f"{'client'.ljust(width)}  {info['client_url']}  send requests here "
+        "(the client->router link)"
+    ]
     for name, entry in info["components"].items():
         extra = [f"metrics {entry['metrics']}"] if "metrics" in entry else []
         extra += [f"bootstrap {entry['bootstrap']}"] if "bootstrap" in entry else []
         extra.append(f"pid {entry['pid']}")
         lines.append(f"{name.ljust(width)}  {entry['url']}  {'  '.join(extra)}")
-    lines.append(f"{'toxiproxy'.ljust(width)}  {info['toxiproxy']['url']}  "
-                 f"API of {info['toxiproxy']['binary']}")  # fmt: skip
+    lines.append(
+        f"{'toxiproxy'.ljust(width)}  {info['toxiproxy']['url']}  "
+        f"API of {info['toxiproxy']['binary']}"
+    )
     lines.append("links (listen -> upstream):")
     link_width = max(len(name) for name in info["links"])
     for name, link in info["links"].items():
-        lines.append(f"  {name.ljust(link_width)}  {link['listen']} -> {link['upstream']}"
-                     f"  (proxy {link['proxy']})")  # fmt: skip
+        lines.append(
+            f"  {name.ljust(link_width)}  {link['listen']} -> {link['upstream']}"
+            f"  (proxy {link['proxy']})"
+        )
     logs = sorted({str(Path(e["log"]).parent) for e in info["components"].values() if e["log"]})
     lines.append(f"logs: {', '.join(logs)}")
     lines.append("what ran (name: kind version (binary; how it started)):")
@@ -105,28 +113,38 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     raise Stop(signum)
 
 
-def run_up(args: Any, out: TextIO = sys.stdout,
-           wait: Callable[[], None] = signal.pause) -> int:  # fmt: skip
+def run_up(args: Any, out: TextIO = sys.stdout, wait: Callable[[], None] = signal.pause) -> int:
     """Bring the topology up, print it, wait for SIGINT/SIGTERM, stop it; 0 on a clean stop."""
     from pytest_wedge.topology.session import WedgeSession
 
-    parsed = wedge(prefill=args.prefill, decode=args.decode,
-                   router_args=[*args.router_arg, *args.router_args],
-                   stub=parse_stub(args.stub) or None, runtime=args.runtime,
-                   router=args.router, worker_protocol=args.worker_protocol)  # fmt: skip
+    parsed = wedge(
+        prefill=args.prefill,
+        decode=args.decode,
+        router_args=[*args.router_arg, *args.router_args],
+        stub=parse_stub(args.stub) or None,
+        runtime=args.runtime,
+        router=args.router,
+        worker_protocol=args.worker_protocol,
+    )
     runtime = parsed.runtime or "process"
     if runtime not in ("process", "docker"):
         raise ConfigError(f"Unknown runtime {runtime!r}", fix="use --runtime process or docker")
     found = locate_toxiproxy(args.toxiproxy, source="--toxiproxy", rootdir=Path.cwd())
-    session = WedgeSession(runtime=runtime, artifacts_dir=args.artifacts,
-                           toxiproxy_binary=found.path,
-                           ready_timeout_s=args.ready_timeout)  # fmt: skip
+    session = WedgeSession(
+        runtime=runtime,
+        artifacts_dir=args.artifacts,
+        toxiproxy_binary=found.path,
+        ready_timeout_s=args.ready_timeout,
+    )
     spec = parsed.spec
     status = sys.stderr if args.json else out  # with --json, stdout carries the JSON alone
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"pytest-wedge up: {spec.prefill} prefill + {spec.decode} decode behind "
-          f"{spec.router.describe()} on the {runtime} runtime ...", file=status,
-          flush=True)  # fmt: skip
+    print(
+        f"pytest-wedge up: {spec.prefill} prefill + {spec.decode} decode behind "
+        f"{spec.router.describe()} on the {runtime} runtime ...",
+        file=status,
+        flush=True,
+    )
     try:
         try:
             session.start()
@@ -152,8 +170,7 @@ def run_up(args: Any, out: TextIO = sys.stdout,
     if left:
         print(f"still running after stop: {left}", file=status, flush=True)
         return 1
-    print(f"stopped; nothing left running ({len(pids)} processes ended)", file=status,
-          flush=True)
+    print(f"stopped; nothing left running ({len(pids)} processes ended)", file=status, flush=True)
     return 0
 
 

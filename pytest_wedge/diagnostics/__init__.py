@@ -52,19 +52,25 @@ def judge(
     when ``oracle`` and the two disagree."""
     if locator == "oracle" or snapshot.observed is None:
         return locate(snapshot, origin, overdue_after_s, window_s, since=since)
-    blind = locate_blind(snapshot.observed, origin, overdue_after_s, window_s=window_s,
-                         since=since)  # fmt: skip
+    blind = locate_blind(snapshot.observed, origin, overdue_after_s, window_s=window_s, since=since)
     if snapshot.ledgerless:
         # Said in the report, so nobody reads a location from public endpoints as ledger-backed.
-        blind.evidence.insert(0, f"no worker ledgers: {', '.join(snapshot.ledgerless)} run "
-                              "ledger-less (no ledger, no control API); located from public "
-                              "endpoints only, and the oracle did not score it")  # fmt: skip
+        blind.evidence.insert(
+            0,
+            f"no worker ledgers: {', '.join(snapshot.ledgerless)} run "
+            "ledger-less (no ledger, no control API); located from public "
+            "endpoints only, and the oracle did not score it",
+        )
     elif oracle and snapshot.components:  # the ground truth was read
         truth = locate(snapshot, origin, overdue_after_s, window_s, since=since)
         blind.watchdogs = truth.watchdogs  # the stubs' own firings: for the report, not the locator
         if truth.location != blind.location:
-            blind.oracle = {"location": truth.location, "headline": truth.headline(),
-                            "stuck": truth.stuck, "evidence": truth.evidence[:6]}  # fmt: skip
+            blind.oracle = {
+                "location": truth.location,
+                "headline": truth.headline(),
+                "stuck": truth.stuck,
+                "evidence": truth.evidence[:6],
+            }
     return blind
 
 
@@ -100,8 +106,15 @@ def diagnose(
     """
     truth = locator == "oracle" or oracle
     snapshot = _snapshot(scene, overdue_after_s, probe, since, truth)
-    return judge(snapshot, origin, overdue_after_s, window_s=window_s, since=since,
-                 locator=locator, oracle=oracle)  # fmt: skip
+    return judge(
+        snapshot,
+        origin,
+        overdue_after_s,
+        window_s=window_s,
+        since=since,
+        locator=locator,
+        oracle=oracle,
+    )
 
 
 def capture_moment(
@@ -122,8 +135,9 @@ def capture_moment(
     snapshot = _snapshot(scene, overdue_after_s, None, since, True)
     origin = origin or main_origin(scene.ledger)
     diagnosis = judge(snapshot, origin, overdue_after_s, since=since)
-    return Moment(label, snapshot.taken_at, test_started, faults, states, snapshot, diagnosis,
-                  error)  # fmt: skip
+    return Moment(
+        label, snapshot.taken_at, test_started, faults, states, snapshot, diagnosis, error
+    )
 
 
 __all__ = [

@@ -109,6 +109,16 @@ def write_artifacts(
             if source.is_file():
                 start = (log_offsets or {}).get(name, 0)
                 _copy_window(source, out / "logs" / f"{name}.log", start)
-    write_timeline(out, diagnosis, snapshot, faults, watchdogs, samples, link_rates=link_rates,
-                   title=title, failure=failure, marks=marks)  # fmt: skip
+    write_timeline(
+        out,
+        diagnosis,
+        snapshot,
+        faults,
+        watchdogs,
+        samples,
+        link_rates=link_rates,
+        title=title,
+        failure=failure,
+        marks=marks,
+    )
     return out

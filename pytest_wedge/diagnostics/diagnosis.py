@@ -87,11 +87,15 @@ class Diagnosis:
 
     def headline(self) -> str:
         if self.healthy:
-            return (f"no wedge: none of {self.total} {self.origin} requests is overdue "
-                    f"(> {self.overdue_after_s:g} s) or failed recently")  # fmt: skip
+            return (
+                f"no wedge: none of {self.total} {self.origin} requests is overdue "
+                f"(> {self.overdue_after_s:g} s) or failed recently"
+            )
         sure = f" ({self.confidence})" if self.locator == "blind" else ""
-        return (f"wedge located at {self.location}{sure}: {self.wedged} of {self.total} "
-                f"{self.origin} requests wedged")  # fmt: skip
+        return (
+            f"wedge located at {self.location}{sure}: {self.wedged} of {self.total} "
+            f"{self.origin} requests wedged"
+        )
 
     def disagrees(self) -> bool:
         return self.oracle is not None and self.oracle.get("location") != self.location
@@ -107,8 +111,10 @@ class Diagnosis:
             lines += [f"  - {why}" for why in self.ruled_out]
         if self.disagrees():
             assert self.oracle is not None
-            lines.append(f"the oracle (ground truth: stub ledgers, faults) says "
-                         f"{self.oracle.get('location')}: {self.oracle.get('headline', '')}")
+            lines.append(
+                f"the oracle (ground truth: stub ledgers, faults) says "
+                f"{self.oracle.get('location')}: {self.oracle.get('headline', '')}"
+            )
         if self.evidence:
             lines.append("evidence:")
             lines += [f"  - {fact}" for fact in self.evidence]
@@ -121,14 +127,18 @@ class Diagnosis:
         lines += [f"  - {h}" for h in self.red_herrings] or ["  - none seen"]
         if self.watchdogs:
             lines.append("watchdog firings:")
-            lines += [f"  - {w.get('component', '?')}: {w.get('watchdog')} for "
-                      f"{w.get('request_id')}" for w in self.watchdogs[:10]]  # fmt: skip
+            lines += [
+                f"  - {w.get('component', '?')}: {w.get('watchdog')} for {w.get('request_id')}"
+                for w in self.watchdogs[:10]
+            ]
         if self.requests:
             shown = self.requests[:max_requests]
             lines.append(f"requests ({len(shown)} of {len(self.requests)}):")
             rows = [("request_id", "state", "age", "furthest", "held at", "note")]
-            rows += [(r.request_id, r.state, f"{r.age_s:.1f}s", r.furthest, r.holding, r.note)
-                     for r in shown]  # fmt: skip
+            rows += [
+                (r.request_id, r.state, f"{r.age_s:.1f}s", r.furthest, r.holding, r.note)
+                for r in shown
+            ]
             widths = [max(len(row[i]) for row in rows) for i in range(5)]
             for row in rows:
                 cells = [c.ljust(w) for c, w in zip(row[:5], widths, strict=True)]

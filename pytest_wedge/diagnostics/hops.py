@@ -16,11 +16,21 @@ from typing import Any
 from pytest_wedge.evidence.snapshot import Snapshot
 
 Entry = dict[str, Any]
-CONNECT_ERRORS = ("ConnectError", "onnection refused", "All connection attempts failed",
-                  "ConnectTimeout")  # fmt: skip
+CONNECT_ERRORS = (
+    "ConnectError",
+    "onnection refused",
+    "All connection attempts failed",
+    "ConnectTimeout",
+)
 # The client's connection to the router broke (as opposed to an HTTP answer or a deadline).
-BROKEN_CONNECTION = (*CONNECT_ERRORS, "RemoteProtocolError", "ReadError", "WriteError",
-                     "Server disconnected", "onnection reset")  # fmt: skip
+BROKEN_CONNECTION = (
+    *CONNECT_ERRORS,
+    "RemoteProtocolError",
+    "ReadError",
+    "WriteError",
+    "Server disconnected",
+    "onnection reset",
+)
 FAILED = frozenset({"error", "timeout", "unknown"})
 RESTART_SLACK_S = 2.0  # a component this fresh was still starting when the request came
 
@@ -72,8 +82,12 @@ def as_of(entry: Entry, at: float) -> Entry | None:
         return entry
     earlier = {k: v for k, v in stamps.items() if v <= at}
     state = "live" if "finished" not in earlier else entry.get("state")
-    return {**entry, "t": earlier, "state": state,
-            "error": entry.get("error") if state == entry.get("state") else None}  # fmt: skip
+    return {
+        **entry,
+        "t": earlier,
+        "state": state,
+        "error": entry.get("error") if state == entry.get("state") else None,
+    }
 
 
 def describe_link(info: dict[str, Any]) -> str | None:
@@ -93,8 +107,9 @@ class Context:
         self.since = since
         # The client's view was copied first and the worker ledgers are read last (under
         # load, a good while later): the walk reads them as they were at the client's moment.
-        self.client_at = (snapshot.observed.client_now if snapshot.observed is not None
-                          else snapshot.taken_at)  # fmt: skip
+        self.client_at = (
+            snapshot.observed.client_now if snapshot.observed is not None else snapshot.taken_at
+        )
         self.prefill: dict[str, list[Seen]] = {}
         self.decode: dict[str, list[Seen]] = {}
         for component, entries in snapshot.ledgers.items():
@@ -102,10 +117,12 @@ class Context:
             for entry in entries:
                 seen = as_of(entry, self.client_at)
                 if seen is not None:
-                    index.setdefault(str(entry.get("request_id")), []).append(
-                        Seen(component, seen))
-        self.link_faults = {name: why for name, info in snapshot.links.items()
-                            if (why := describe_link(info)) is not None}  # fmt: skip
+                    index.setdefault(str(entry.get("request_id")), []).append(Seen(component, seen))
+        self.link_faults = {
+            name: why
+            for name, info in snapshot.links.items()
+            if (why := describe_link(info)) is not None
+        }
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
         self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
         self.router_silent = "router metrics" in snapshot.unanswered
@@ -133,8 +150,14 @@ class Context:
                 continue
             culprit = seen.component
             if "prefill answered" in str(seen.entry.get("error") or ""):
-                culprit = next((p.component for p in self.prefill.get(request_id, [])
-                                if p.entry.get("room") == seen.entry.get("room")), culprit)
+                culprit = next(
+                    (
+                        p.component
+                        for p in self.prefill.get(request_id, [])
+                        if p.entry.get("room") == seen.entry.get("room")
+                    ),
+                    culprit,
+                )
             found.append(culprit)
         found += [p.component for p in self.prefill.get(request_id, []) if p.state == "error"]
         return [c for c in found if self.snapshot.stub_states.get(c, {}).get("faults")]
@@ -197,8 +220,11 @@ def _back_to_client(ctx: Context, decode: str, prefill: str | None) -> Hold:
         hop = "router"
     if hop is not None:
         return Hold(f"{decode} (finished)", hop, f"{decode} finished it; {hop} did not pass it on")
-    return Hold(f"{decode} (finished)", "client",
-                f"{decode} finished it but the client never read the response (a leaked stream?)")
+    return Hold(
+        f"{decode} (finished)",
+        "client",
+        f"{decode} finished it but the client never read the response (a leaked stream?)",
+    )
 
 
 def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
@@ -208,8 +234,12 @@ def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
     if hop is None and ctx.router_silent:
         hop = "router"
     if hop is None:
-        hop = (ctx.restarted(record, ctx.snapshot.workers) or ctx.suspect(sorted(ctx.silent))
-               or ctx.suspect(router_links) or "router")  # fmt: skip
+        hop = (
+            ctx.restarted(record, ctx.snapshot.workers)
+            or ctx.suspect(sorted(ctx.silent))
+            or ctx.suspect(router_links)
+            or "router"
+        )
     what = "no worker ledger has it"
     if record.get("first_byte") is not None:
         what = "a response head came back but no worker ledger has it"
@@ -236,15 +266,20 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         # The last attempt never left the router: it refused (breakers open or workers marked
         # unhealthy). Earlier attempts in the ledgers say why the breakers opened: the router
         # holds it unless what failed them is failing still.
-        hop = (ctx.suspect(hop_order(ctx.snapshot)[3:]) or ctx.still_failing(request_id)
-               or "router")  # fmt: skip
+        hop = ctx.suspect(hop_order(ctx.snapshot)[3:]) or ctx.still_failing(request_id) or "router"
         return Hold("router (refused)", hop, f"the router refused it: {error[:60]}")
     d = ctx.latest(ctx.decode, request_id)
     p = ctx.latest(ctx.prefill, request_id)
     if d is not None and d.entry.get("room") is not None:
         # The prefill leg of the decode's own attempt (same room), not an earlier attempt's.
-        p = next((s for s in ctx.prefill.get(request_id, [])
-                  if s.entry.get("room") == d.entry.get("room")), None)
+        p = next(
+            (
+                s
+                for s in ctx.prefill.get(request_id, [])
+                if s.entry.get("room") == d.entry.get("room")
+            ),
+            None,
+        )
     if p is None and d is None:
         return _no_worker(ctx, record)
     if d is None:
@@ -253,10 +288,16 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         if stage in ("queued", "prefilling") and p.state not in ("ok",):
             return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
         decodes = ctx.snapshot.decode
-        lost = (ctx.restarted(record, decodes)
-                or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)]) or "router")
-        return Hold(f"{p.component} ({stage})", lost,
-                    f"{p.component} has the KV ({p.state}); no decode ledger has the request")
+        lost = (
+            ctx.restarted(record, decodes)
+            or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)])
+            or "router"
+        )
+        return Hold(
+            f"{p.component} ({stage})",
+            lost,
+            f"{p.component} has the KV ({p.state}); no decode ledger has the request",
+        )
     stage = _decode_stage(d)
     where = f"{d.component} ({stage})"
     if d.state == "error" and "prefill answered" in str(d.entry.get("error") or "") and p:
@@ -264,11 +305,14 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
     if stage == "waiting for KV":
         if p is None:
             prefills = ctx.snapshot.prefill
-            gap = (ctx.restarted(record, prefills)
-                   or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
-                   or "router")  # fmt: skip
-            return Hold(where, gap,
-                        f"{d.component} waits for KV; no prefill ledger has the request")
+            gap = (
+                ctx.restarted(record, prefills)
+                or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
+                or "router"
+            )
+            return Hold(
+                where, gap, f"{d.component} waits for KV; no prefill ledger has the request"
+            )
         pstage = _prefill_stage(p)
         link = f"{d.component}->{p.component}"
         if d.state == "aborted":  # its own request was cut: by whatever is on the way back
@@ -276,13 +320,20 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
             if back is not None:
                 return Hold(where, back, f"{d.component}'s request was cut; {back} shows trouble")
         if d.state == "error":  # the decode gave up on the transfer: it failed on the link
-            return Hold(where, link, f"{d.component} failed the KV transfer: "
-                                     f"{str(d.entry.get('error'))[:60]}")  # fmt: skip
+            return Hold(
+                where,
+                link,
+                f"{d.component} failed the KV transfer: {str(d.entry.get('error'))[:60]}",
+            )
         if pstage in ("queued", "prefilling"):
-            return Hold(f"{p.component} ({pstage})", p.component,
-                        f"{p.component}: {pstage}; {d.component} waits for its KV")
-        return Hold(where, link, f"{p.component} KV {pstage} ({p.state}); "
-                                 f"{d.component} still waits for it")  # fmt: skip
+            return Hold(
+                f"{p.component} ({pstage})",
+                p.component,
+                f"{p.component}: {pstage}; {d.component} waits for its KV",
+            )
+        return Hold(
+            where, link, f"{p.component} KV {pstage} ({p.state}); {d.component} still waits for it"
+        )
     if stage == "ok":
         return _back_to_client(ctx, d.component, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
@@ -290,8 +341,9 @@ def classify(ctx: Context, record: dict[str, Any]) -> Hold:
         # The decode produced more than the client got: the bytes are stuck on the way back.
         back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
         if back is not None:
-            return Hold(where, back, f"{d.component} sent {d.tokens} tokens, client got "
-                                    f"{client_tokens}")  # fmt: skip
+            return Hold(
+                where, back, f"{d.component} sent {d.tokens} tokens, client got {client_tokens}"
+            )
     if d.state in ("ok", "aborted", "error", "released") or failed:
         # The decode let go of it (or the client did); what holds it is on the way back.
         back = ctx.suspect([f"router->{d.component}", "router", "client->router"])

@@ -27,12 +27,16 @@ from pytest_wedge.evidence.snapshot import Snapshot
 
 MAX_DETAILS = 500
 MIN_RATE_WINDOW_S = 0.15
-WHY_NOT_RUNNING = {"paused": "paused (SIGSTOP: TCP still accepts, nothing answers)",
-                   "exited": "exited", "absent": "absent (not started)"}  # fmt: skip
+WHY_NOT_RUNNING = {
+    "paused": "paused (SIGSTOP: TCP still accepts, nothing answers)",
+    "exited": "exited",
+    "absent": "absent (not started)",
+}
 
 
-def wedged_records(snapshot: Snapshot, overdue_after_s: float, window_s: float,
-                   since: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def wedged_records(
+    snapshot: Snapshot, overdue_after_s: float, window_s: float, since: float | None = None
+) -> list[dict[str, Any]]:
     """The client ledger's wedged requests, read as the blind locator reads them (the client
     is ours: both locators see the same client; they differ on the servers)."""
     now = snapshot.observed.client_now if snapshot.observed is not None else snapshot.taken_at
@@ -72,37 +76,52 @@ def red_herrings(snapshot: Snapshot, origin: str) -> list[str]:
     herrings = []
     for component in snapshot.workers:
         rates = origin_rates(snapshot, component)
-        active = Counter(str(e.get("origin")) for e in snapshot.ledgers.get(component, [])
-                         if e.get("state") not in ("ok", "error", "aborted", "released"))
-        others = {o for o in set(rates) | set(active) if o != origin
-                  and (rates.get(o, 0.0) >= 0.5 or active.get(o, 0))}  # fmt: skip
+        active = Counter(
+            str(e.get("origin"))
+            for e in snapshot.ledgers.get(component, [])
+            if e.get("state") not in ("ok", "error", "aborted", "released")
+        )
+        others = {
+            o
+            for o in set(rates) | set(active)
+            if o != origin and (rates.get(o, 0.0) >= 0.5 or active.get(o, 0))
+        }
         if not others:
             continue
         total = sum(rates.values())
         parts = []
         if total >= 0.5:
-            share = ", ".join(f"{100 * rates.get(o, 0.0) / total:.0f} % {o}"
-                              for o in sorted(others, key=lambda o: -rates.get(o, 0.0)))
-            parts.append(f"{component} generating {total:.0f} tok/s, {share} "
-                         f"({origin}: {rates.get(origin, 0.0):.0f} tok/s)")  # fmt: skip
+            share = ", ".join(
+                f"{100 * rates.get(o, 0.0) / total:.0f} % {o}"
+                for o in sorted(others, key=lambda o: -rates.get(o, 0.0))
+            )
+            parts.append(
+                f"{component} generating {total:.0f} tok/s, {share} "
+                f"({origin}: {rates.get(origin, 0.0):.0f} tok/s)"
+            )
         else:
             parts.append(f"{component} busy")
         mine = active.get(origin, 0)
         busy = ", ".join(f"{o} {active[o]}" for o in sorted(others) if active.get(o))
         if busy:
-            parts.append(f"active requests: {busy}" + (f", {origin} {mine}" if mine else
-                                                        f", none of {origin}"))  # fmt: skip
+            parts.append(
+                f"active requests: {busy}"
+                + (f", {origin} {mine}" if mine else f", none of {origin}")
+            )
         gauge = snapshot.stub_metrics.get(component, {}).get("num_running_reqs")
         if gauge:
             parts.append(f"num_running_reqs={gauge:g} counts them too")
-        herrings.append("; ".join(parts) + " (other origins' activity, not progress of "
-                        f"{origin})")  # fmt: skip
+        herrings.append("; ".join(parts) + f" (other origins' activity, not progress of {origin})")
     return herrings
 
 
 def _reach(ctx: Context, wedged: list[dict[str, Any]], workers: list[str]) -> str:
-    reached = Counter(s.component for r in wedged for index in (ctx.prefill, ctx.decode)
-                      for s in index.get(str(r.get("request_id")), [])[-1:])  # fmt: skip
+    reached = Counter(
+        s.component
+        for r in wedged
+        for index in (ctx.prefill, ctx.decode)
+        for s in index.get(str(r.get("request_id")), [])[-1:]
+    )
     if not any(reached.values()):
         return f"0 of them reached {' or '.join(workers)}"
     return "of them, " + ", ".join(f"{reached.get(w, 0)} reached {w}" for w in workers)
@@ -119,8 +138,10 @@ def _facts(
 ) -> list[str]:
     sent = sum(1 for r in mine if r.get("sent") is not None)
     failed = sum(1 for r in wedged if r.get("state") != "pending")
-    facts = [f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
-             f"client; {len(wedged) - failed} overdue, {failed} failed recently"]  # fmt: skip
+    facts = [
+        f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
+        f"client; {len(wedged) - failed} overdue, {failed} failed recently"
+    ]
     if wedged:
         facts.append(_reach(ctx, wedged, snapshot.workers))
         where = Counter(h.holding for h in holds)
@@ -136,11 +157,16 @@ def _facts(
         moved = ", ".join(f"{k} {v:g} B" for k, v in sorted(counters.items()))
         facts.append(f"link {name}: {why}" + (f" [bytes {moved}]" if moved else ""))
     if location in snapshot.workers:
-        held = Counter(str(e.get("state")) for e in snapshot.ledgers.get(location, [])
-                       if e.get("origin") == origin and e.get("state") not in ("ok",))
+        held = Counter(
+            str(e.get("state"))
+            for e in snapshot.ledgers.get(location, [])
+            if e.get("origin") == origin and e.get("state") not in ("ok",)
+        )
         if held:
-            facts.append(f"{location} ledger for {origin}: " +
-                         ", ".join(f"{s} {n}" for s, n in held.most_common()))  # fmt: skip
+            facts.append(
+                f"{location} ledger for {origin}: "
+                + ", ".join(f"{s} {n}" for s, n in held.most_common())
+            )
     notes = Counter(h.note for h in holds if h.holding == location)
     facts += [f"{n} x {note}" for note, n in notes.most_common(3)]
     errors = Counter(str(r.get("error"))[:120] for r in wedged if r.get("error"))
@@ -151,10 +177,14 @@ def _facts(
 def _detail(snapshot: Snapshot, r: dict[str, Any], h: Hold) -> RequestDetail:
     end = float(r.get("finished") or snapshot.taken_at)
     return RequestDetail(
-        request_id=str(r.get("request_id")), origin=str(r.get("origin")),
-        state=str(r.get("state")), age_s=round(end - float(r.get("created") or end), 3),
-        furthest=h.furthest, holding=h.holding, note=h.note,
-    )  # fmt: skip
+        request_id=str(r.get("request_id")),
+        origin=str(r.get("origin")),
+        state=str(r.get("state")),
+        age_s=round(end - float(r.get("created") or end), 3),
+        furthest=h.furthest,
+        holding=h.holding,
+        note=h.note,
+    )
 
 
 def locate(
@@ -185,9 +215,11 @@ def locate(
     mine = [r for r in snapshot.client if r.get("origin") == origin]
     wedged = [r for r, _ in holds]
     details = [_detail(snapshot, r, h) for r, h in holds[:MAX_DETAILS]]
-    watchdogs = [{"component": name, **firing}
-                 for name, state in snapshot.stub_states.items()
-                 for firing in state.get("firings") or []]  # fmt: skip
+    watchdogs = [
+        {"component": name, **firing}
+        for name, state in snapshot.stub_states.items()
+        for firing in state.get("firings") or []
+    ]
     return Diagnosis(
         location=location,
         origin=origin,

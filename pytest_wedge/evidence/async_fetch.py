@@ -82,8 +82,8 @@ def _decode(content_type: bytes, body: bytes) -> Any:
     charset = "utf-8"
     for param in params.split(b";"):
         name, _, value = param.partition(b"=")
-        if name.strip().lower() == b"charset" and value.strip(b" \t\""):
-            charset = value.strip(b" \t\"").decode("latin-1")
+        if name.strip().lower() == b"charset" and value.strip(b' \t"'):
+            charset = value.strip(b' \t"').decode("latin-1")
     try:
         return body.decode(charset, "replace")
     except LookupError:  # a charset Python does not know: evidence is still worth reading
@@ -253,8 +253,7 @@ class Session:
             raise HTTPStatusError(status, url)
         return _decode(content_type, body)
 
-    async def _once_more(self, connection: _Connection, request: bytes
-                         ) -> tuple[int, bytes, bytes]:  # fmt: skip
+    async def _once_more(self, connection: _Connection, request: bytes) -> tuple[int, bytes, bytes]:
         try:
             return await connection.request(request)
         except _LostBeforeAnswer:

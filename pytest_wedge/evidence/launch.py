@@ -67,9 +67,12 @@ class SamplerZygote:
             # Its own session: a Ctrl-C meant for pytest reaches neither it nor its samplers
             # (a probe stops its sampler itself, and the test's own error is what must show).
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", PROGRAM], stdin=theirs.fileno(),
-                stdout=subprocess.DEVNULL, stderr=self._log, start_new_session=True,
-            )  # fmt: skip
+                [sys.executable, "-m", PROGRAM],
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                start_new_session=True,
+            )
         finally:
             theirs.close()
         self._sock = ours
@@ -81,8 +84,7 @@ class SamplerZygote:
         self._early_exits: dict[int, int] = {}
         self._gone = False
         self.forked = False  # it has forked a child: its imports are done
-        self._reader = threading.Thread(target=self._read, name="wedge-zygote-reader",
-                                        daemon=True)  # fmt: skip
+        self._reader = threading.Thread(target=self._read, name="wedge-zygote-reader", daemon=True)
         self._reader.start()
 
     @property
@@ -103,8 +105,7 @@ class SamplerZygote:
         try:
             with self._send_lock:
                 request = {"id": request_id, "program": program}
-                socket.send_fds(self._sock, [json.dumps(request).encode()],
-                                [stdin, stdout, stderr])  # fmt: skip
+                socket.send_fds(self._sock, [json.dumps(request).encode()], [stdin, stdout, stderr])
             pid = reply.result(timeout=FIRST_FORK_TIMEOUT_S)
         except (OSError, TimeoutError, RuntimeError) as exc:
             with self._guard:
@@ -123,13 +124,15 @@ class SamplerZygote:
     def _failed(self, exc: BaseException) -> ProbeError:
         return ProbeError(
             "The probe's sampler could not be forked",
-            facts={"error": f"{type(exc).__name__}: {exc}",
-                   "zygote": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
-                   "command": f"{sys.executable} -m {PROGRAM}"},
+            facts={
+                "error": f"{type(exc).__name__}: {exc}",
+                "zygote": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
+                "command": f"{sys.executable} -m {PROGRAM}",
+            },
             log_tail=self.log_tail(),
             fix="the log tail says why; check that this Python can run "
             f"`python -m {PROGRAM}` (it imports the evidence modules)",
-        )  # fmt: skip
+        )
 
     def log_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):
@@ -214,11 +217,13 @@ def _zygote() -> SamplerZygote:
     except OSError as exc:  # no SOCK_SEQPACKET here, no descriptors left, no fork
         raise ProbeError(
             "The probe's sampler could not be forked: its zygote did not start",
-            facts={"error": f"{type(exc).__name__}: {exc}",
-                   "command": f"{sys.executable} -m {PROGRAM}"},
+            facts={
+                "error": f"{type(exc).__name__}: {exc}",
+                "command": f"{sys.executable} -m {PROGRAM}",
+            },
             fix="the probe needs Linux's AF_UNIX SOCK_SEQPACKET sockets and fork; "
             "--wedge-probe-interval=0 turns it off",
-        ) from exc  # fmt: skip
+        ) from exc
 
 
 def zygote_warm() -> bool:

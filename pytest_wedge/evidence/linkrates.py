@@ -204,8 +204,14 @@ class LinkMeter:
     sampler's imports, and this meter samples from the start), it samples in a thread here.
     """
 
-    def __init__(self, topology: Topology, interval_s: float = 0.25, *, maxlen: int = 4000,
-                 source: SeriesSource | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topology: Topology,
+        interval_s: float = 0.25,
+        *,
+        maxlen: int = 4000,
+        source: SeriesSource | None = None,
+    ) -> None:
         self.topology = topology
         self.interval_s = interval_s
         self.maxlen = maxlen

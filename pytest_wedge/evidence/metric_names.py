@@ -46,19 +46,26 @@ VLLM: tuple[Row, ...] = (
     # Waiting for a running slot or KV memory: SGLang's waiting queue.
     ("vllm:num_requests_waiting_by_reason", (("reason", "capacity"),), "num_queue_reqs"),
     # Skipped by the scheduler: on a PD decode, WAITING_FOR_REMOTE_KVS (the transfer queue).
-    ("vllm:num_requests_waiting_by_reason", (("reason", "deferred"),),
-     "num_decode_transfer_queue_reqs"),
+    (
+        "vllm:num_requests_waiting_by_reason",
+        (("reason", "deferred"),),
+        "num_decode_transfer_queue_reqs",
+    ),
     ("vllm:generation_tokens_total", (), "generation_tokens"),
     ("vllm:prompt_tokens_total", (), "prompt_tokens"),
     ("vllm:request_success_total", _ABORT, "num_aborted_requests"),
     ("vllm:nixl_num_failed_transfers_total", (), "num_transfer_failed_reqs"),
     # A prefill's KV that no decode came for before the deadline: SGLang's bootstrap failure.
     ("vllm:nixl_num_kv_expired_reqs_total", (), "num_bootstrap_failed_reqs"),
-)  # fmt: skip
+)
 # vLLM counts requests when they finish (request_success), SGLang when they arrive.
-VLLM_MISSING = ("gen_throughput", "num_prefill_prealloc_queue_reqs",
-                "num_prefill_inflight_queue_reqs", "num_decode_prealloc_queue_reqs",
-                "num_requests")  # fmt: skip
+VLLM_MISSING = (
+    "gen_throughput",
+    "num_prefill_prealloc_queue_reqs",
+    "num_prefill_inflight_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+    "num_requests",
+)
 
 
 def vocabulary(text: str) -> tuple[Row, ...]:

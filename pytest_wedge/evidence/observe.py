@@ -49,17 +49,23 @@ def addresses(topology: Topology) -> dict[str, str]:
 
 def router_worker_names(topology: Topology) -> dict[str, str]:
     """smg labels workers by the URL it was given: the listen side of router->X."""
-    return {f"http://{link.listen}": link.spec.target for name, link in topology.links.items()
-            if name.startswith("router->")}  # fmt: skip
+    return {
+        f"http://{link.listen}": link.spec.target
+        for name, link in topology.links.items()
+        if name.startswith("router->")
+    }
 
 
 def empty_observed(topology: Topology) -> Observed:
     spec = topology.spec
-    return Observed(taken_at=time.time(), prefill=list(spec.prefill_names),
-                    decode=list(spec.decode_names), link_names=list(topology.links),
-                    addresses=addresses(topology),
-                    router_in_flight_known=counts_in_flight_per_worker(spec.router.kind),
-                    )  # fmt: skip
+    return Observed(
+        taken_at=time.time(),
+        prefill=list(spec.prefill_names),
+        decode=list(spec.decode_names),
+        link_names=list(topology.links),
+        addresses=addresses(topology),
+        router_in_flight_known=counts_in_flight_per_worker(spec.router.kind),
+    )
 
 
 def link_bytes(topology: Topology, timeout_s: float) -> dict[str, dict[str, float]]:
@@ -94,7 +100,11 @@ def _health(url: str, timeout_s: float) -> float:
 
 
 def observed_jobs(
-    topology: Topology, timeout_s: float, *, engines: bool = True, slow: bool = True,
+    topology: Topology,
+    timeout_s: float,
+    *,
+    engines: bool = True,
+    slow: bool = True,
     extras: bool = True,
 ) -> tuple[Jobs, dict[str, float]]:
     """The fetches of one observation. ``engines``: worker metrics; ``slow``: the router and
@@ -108,7 +118,8 @@ def observed_jobs(
             jobs[f"{name} health"] = partial(_health, addr[name] + "/health", timeout_s)
             if f"{name} bootstrap" in addr:
                 jobs[f"{name} bootstrap health"] = partial(
-                    _health, addr[f"{name} bootstrap"] + "/health", timeout_s)  # fmt: skip
+                    _health, addr[f"{name} bootstrap"] + "/health", timeout_s
+                )
     if slow:
         jobs["router metrics"] = partial(get, addr["router metrics"], timeout_s)
         jobs["link traffic"] = partial(link_bytes, topology, max(timeout_s, 1.0))
@@ -128,14 +139,17 @@ def _workers_view(answer: Any, names: dict[str, str]) -> dict[str, dict[str, Any
     out: dict[str, dict[str, Any]] = {}
     for w in (answer or {}).get("workers", []) if isinstance(answer, dict) else []:
         url = str(w.get("url", ""))
-        out[names.get(url, url)] = {"healthy": bool(w.get("is_healthy", True)),
-                                    "status": str(w.get("status", "?")),
-                                    "load": w.get("load", 0)}  # fmt: skip
+        out[names.get(url, url)] = {
+            "healthy": bool(w.get("is_healthy", True)),
+            "status": str(w.get("status", "?")),
+            "load": w.get("load", 0),
+        }
     return out
 
 
-def fill_observed(obs: Observed, topology: Topology, results: dict[str, Any],
-                  failed: dict[str, str]) -> None:  # fmt: skip
+def fill_observed(
+    obs: Observed, topology: Topology, results: dict[str, Any], failed: dict[str, str]
+) -> None:
     """Put one gather's results (and failures, as evidence) into ``obs``."""
     for name in obs.worker_names:
         if f"{name} metrics" in results:

@@ -89,8 +89,7 @@ class Observed:
         via, end = self.health.get(f"via {link}"), self.far_end(link)
         if via is None or via == "ok" or self.health.get(end) != "ok":
             return None
-        return (f"{link} does not carry /health to {end} ({via}), while {end} answers it "
-                f"directly")
+        return f"{link} does not carry /health to {end} ({via}), while {end} answers it directly"
 
     def process(self, component: str) -> str:
         return self.processes.get(component, "unknown")
@@ -99,8 +98,11 @@ class Observed:
         """The component or link whose address ``url`` starts with (longest match)."""
         best = None
         for name, address in self.addresses.items():
-            if address and url.startswith(address) and (best is None or
-                                                        len(address) > len(self.addresses[best])):
+            if (
+                address
+                and url.startswith(address)
+                and (best is None or len(address) > len(self.addresses[best]))
+            ):
                 best = name
         return best
 

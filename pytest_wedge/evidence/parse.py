@@ -59,13 +59,27 @@ def parse_engine_metrics(text: str) -> dict[str, float]:
 def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
     """The router's gauges and counters that locate a wedge, in smg's keys (vllm-router's
     per-worker series mapped onto them); ``workers`` maps worker URL -> name."""
-    out: dict[str, Any] = {"requests_active": {}, "health": {}, "cb_state": {},
-                           "cb_failures": {}, "cb_failed": {}, "errors": [], "responses": {},
-                           "refusals": {},
-                           "admission_inflight": 0.0, "retries": 0.0}  # fmt: skip
-    names = (*_PER_WORKER, "smg_worker_errors_total", "smg_http_responses_total",
-             "smg_admission_inflight", "smg_worker_retries_total",
-             "smg_worker_cb_outcomes_total", *VLLM_ROUTER_PER_WORKER)  # fmt: skip
+    out: dict[str, Any] = {
+        "requests_active": {},
+        "health": {},
+        "cb_state": {},
+        "cb_failures": {},
+        "cb_failed": {},
+        "errors": [],
+        "responses": {},
+        "refusals": {},
+        "admission_inflight": 0.0,
+        "retries": 0.0,
+    }
+    names = (
+        *_PER_WORKER,
+        "smg_worker_errors_total",
+        "smg_http_responses_total",
+        "smg_admission_inflight",
+        "smg_worker_retries_total",
+        "smg_worker_cb_outcomes_total",
+        *VLLM_ROUTER_PER_WORKER,
+    )
     for name, labels, value in families(text, names):
         if name in VLLM_ROUTER_PER_WORKER:  # summed: one key may take two counters
             key, url = VLLM_ROUTER_PER_WORKER[name], labels.get("worker", "")
@@ -75,8 +89,13 @@ def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
             worker = labels.get("worker", "")
             out[_PER_WORKER[name]][workers.get(worker, worker)] = value
         elif name == "smg_worker_errors_total":
-            out["errors"].append({"worker_type": labels.get("worker_type", ""),
-                                  "error_type": labels.get("error_type", ""), "value": value})
+            out["errors"].append(
+                {
+                    "worker_type": labels.get("worker_type", ""),
+                    "error_type": labels.get("error_type", ""),
+                    "value": value,
+                }
+            )
         elif name == "smg_http_responses_total" and labels.get("path") not in _PROBE_PATHS:
             status = labels.get("status_code", "?")
             if "path" in labels:
@@ -106,8 +125,10 @@ def parse_link_bytes(text: str, proxies: dict[str, str]) -> dict[str, dict[str, 
     and were never delivered on connections that have since closed.
     """
     out: dict[str, dict[str, float]] = {}
-    kinds = {"toxiproxy_proxy_received_bytes_total": "in",
-             "toxiproxy_proxy_sent_bytes_total": "out"}  # fmt: skip
+    kinds = {
+        "toxiproxy_proxy_received_bytes_total": "in",
+        "toxiproxy_proxy_sent_bytes_total": "out",
+    }
     for name, labels, value in families(text, tuple(kinds)):
         kind = kinds.get(name)
         link = proxies.get(labels.get("proxy", ""))

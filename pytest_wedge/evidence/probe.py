@@ -135,8 +135,9 @@ class Probe:
         self._stderr = tempfile.TemporaryFile(prefix="wedge-sampler-")  # noqa: SIM115 - stop() closes it
         if zygote_warm():
             self.meters_links = self.meter_links
-            config = config_line(target, self.interval_s, self.timeout_s, self.slow_every,
-                                 links=self.meters_links)  # fmt: skip
+            config = config_line(
+                target, self.interval_s, self.timeout_s, self.slow_every, links=self.meters_links
+            )
             try:
                 self._fork(config)
             except ProbeError:
@@ -152,8 +153,9 @@ class Probe:
         # The first probe of a process waits for the zygote's imports (seconds on a loaded
         # machine): the reader thread waits for them, and one sample is taken here at once.
         config = config_line(target, self.interval_s, self.timeout_s, self.slow_every)
-        self._reader = threading.Thread(target=self._fork_then_read, args=(config,),
-                                        name="wedge-probe", daemon=True)  # fmt: skip
+        self._reader = threading.Thread(
+            target=self._fork_then_read, args=(config,), name="wedge-probe", daemon=True
+        )
         self._reader.start()
         threading.Thread(target=self._first_sample, name="wedge-probe-first", daemon=True).start()
         return self

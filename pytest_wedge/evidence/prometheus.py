@@ -30,8 +30,11 @@ def _unescape(value: str) -> str:
 
 
 def _slow(line: str) -> list[Sample]:
-    return [(s.name, dict(s.labels), s.value) for family in text_string_to_metric_families(line)
-            for s in family.samples]  # fmt: skip
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(line)
+        for s in family.samples
+    ]
 
 
 def parse_samples(text: str, names: tuple[str, ...] | None = None) -> list[Sample]:
@@ -63,11 +66,15 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
     Counters that never fired are absent from smg's output, so absent means zero here.
     """
-    return sum(value for sample, found, value in parse_samples(text, (name,))
-               if sample == name and all(found.get(k) == v for k, v in labels.items()))  # fmt: skip
+    return sum(
+        value
+        for sample, found, value in parse_samples(text, (name,))
+        if sample == name and all(found.get(k) == v for k, v in labels.items())
+    )
 
 
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample called ``name`` with its labels."""
-    return [(found, value) for sample, found, value in parse_samples(text, (name,))
-            if sample == name]  # fmt: skip
+    return [
+        (found, value) for sample, found, value in parse_samples(text, (name,)) if sample == name
+    ]

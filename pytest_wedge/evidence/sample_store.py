@@ -28,9 +28,14 @@ class KeptSample:
 
     __slots__ = ("_components", "_frame", "_snapshot", "taken_at")
 
-    def __init__(self, taken_at: float, *, frame: tuple[Any, ...] | None = None,
-                 components: Components = None,
-                 snapshot: Snapshot | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        taken_at: float,
+        *,
+        frame: tuple[Any, ...] | None = None,
+        components: Components = None,
+        snapshot: Snapshot | None = None,
+    ) -> None:
         self.taken_at = taken_at
         self._frame, self._components, self._snapshot = frame, components, snapshot
 

@@ -74,13 +74,15 @@ LINK_JOB = "link traffic"
 LINK_SERIES_MAXLEN = 4000
 
 
-def _jobs(topology: Topology, timeout_s: float, *, slow: bool, components: bool
-          ) -> tuple[Jobs, dict[str, float]]:  # fmt: skip
+def _jobs(
+    topology: Topology, timeout_s: float, *, slow: bool, components: bool
+) -> tuple[Jobs, dict[str, float]]:
     """Stub states every time; with ``slow``, also the engines' and the router's metrics and
     the links' byte counters. ``components=False`` leaves out the runtime's view (the sampler
     has no runtime; the probe adds it)."""
-    jobs, timeouts = truth_jobs(topology, timeout_s, ledgers=False,
-                                ledger_timeout_s=timeout_s, toxics=False)  # fmt: skip
+    jobs, timeouts = truth_jobs(
+        topology, timeout_s, ledgers=False, ledger_timeout_s=timeout_s, toxics=False
+    )
     if not components:
         del jobs["components"]
     if slow:
@@ -89,8 +91,13 @@ def _jobs(topology: Topology, timeout_s: float, *, slow: bool, components: bool
     return jobs, timeouts
 
 
-def _snapshot(topology: Topology, started: float, results: dict[str, Any],
-              failed: dict[str, str], taken_at: float | None = None) -> Snapshot:  # fmt: skip
+def _snapshot(
+    topology: Topology,
+    started: float,
+    results: dict[str, Any],
+    failed: dict[str, str],
+    taken_at: float | None = None,
+) -> Snapshot:
     snapshot = empty_snapshot(topology)
     fill(snapshot, topology, results, failed)
     snapshot.taken_at = time.time() if taken_at is None else taken_at
@@ -100,8 +107,9 @@ def _snapshot(topology: Topology, started: float, results: dict[str, Any],
     return snapshot
 
 
-def sample_once(topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, *,
-                slow: bool) -> Snapshot:  # fmt: skip
+def sample_once(
+    topology: Topology, pool: ThreadPoolExecutor, timeout_s: float, *, slow: bool
+) -> Snapshot:
     """One sample taken in this process (httpx in ``pool``'s threads)."""
     started = time.time()
     jobs, timeouts = _jobs(topology, timeout_s, slow=slow, components=True)
@@ -126,8 +134,10 @@ class FastFill:
         count = math.floor(intervals + 1e-9) if to_the_end else max(0, round(intervals) - 1)
         moments = [self.since + self.interval_s * i for i in range(1, count + 1)]
         self.since = moments[-1] if moments else self.since
-        return [_snapshot(self.topology, moment, *self.streams.states(moment), taken_at=moment)
-                for moment in moments]  # fmt: skip
+        return [
+            _snapshot(self.topology, moment, *self.streams.states(moment), taken_at=moment)
+            for moment in moments
+        ]
 
 
 def streams_cover_fast_ticks(topology: Topology, streams: StateStreams) -> bool:
@@ -136,8 +146,14 @@ def streams_cover_fast_ticks(topology: Topology, streams: StateStreams) -> bool:
     return set(jobs) <= {f"{name} state" for name in streams.stubs}
 
 
-async def sample_async(topology: Topology, session: async_fetch.Session, timeout_s: float,
-                       *, slow: bool, streams: StateStreams | None = None) -> Snapshot:  # fmt: skip
+async def sample_async(
+    topology: Topology,
+    session: async_fetch.Session,
+    timeout_s: float,
+    *,
+    slow: bool,
+    streams: StateStreams | None = None,
+) -> Snapshot:
     """One sample as the sampler takes it: the same jobs on one event loop, no runtime view.
     With ``streams``, the stubs' states come from their streams instead of being asked for
     (each carries the moment it was taken, ``at``); a slow sample still asks a stub whose
@@ -198,10 +214,21 @@ class LinkSeries:
         return ("series", self.errors, list(self.points))
 
 
-def config_line(target: ProbeTarget, interval_s: float, timeout_s: float, slow_every: int,
-                *, links: bool = False) -> bytes:  # fmt: skip
-    config = {"target": target.to_dict(), "interval_s": interval_s, "timeout_s": timeout_s,
-              "slow_every": slow_every, "links": links}  # fmt: skip
+def config_line(
+    target: ProbeTarget,
+    interval_s: float,
+    timeout_s: float,
+    slow_every: int,
+    *,
+    links: bool = False,
+) -> bytes:
+    config = {
+        "target": target.to_dict(),
+        "interval_s": interval_s,
+        "timeout_s": timeout_s,
+        "slow_every": slow_every,
+        "links": links,
+    }
     return json.dumps(config).encode() + b"\n"
 
 
@@ -212,8 +239,13 @@ FLUSH_AT_END_S = 1.0
 MARK = b"mark"
 
 
-def _answer_requests(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, answer: Any,
-                     mark: asyncio.Event, last_words: Any) -> None:  # fmt: skip
+def _answer_requests(
+    stdin: BinaryIO,
+    loop: asyncio.AbstractEventLoop,
+    answer: Any,
+    mark: asyncio.Event,
+    last_words: Any,
+) -> None:
     """An empty line asks for the link series, written by the event loop between ticks (so
     frames never interleave); a :data:`MARK` line wakes the loop for a slow sample now. End of
     file: the probe stopped or its process is gone; the frames still waiting go out (if anyone
@@ -239,9 +271,12 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
         with contextlib.suppress(BrokenPipeError):  # the probe is gone: the next tick ends us
             outbox.put(links.frame(), now=True)
 
-    streams = StateStreams({name: stub.base_url for name, stub in topology.stubs.items()},
-                           interval_s, timeout_s,
-                           keep_s=2 * interval_s * slow_every + interval_s + timeout_s)
+    streams = StateStreams(
+        {name: stub.base_url for name, stub in topology.stubs.items()},
+        interval_s,
+        timeout_s,
+        keep_s=2 * interval_s * slow_every + interval_s + timeout_s,
+    )
     # When the streams carry everything a fast sample reads, the program wakes on slow ticks
     # only and fills in the fast samples between two of them from the streamed states: a
     # wake-up costs more than a fast sample's work. Else every tick samples.
@@ -261,8 +296,9 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
 
     loop = asyncio.get_running_loop()
     mark = asyncio.Event()
-    threading.Thread(target=_answer_requests, args=(stdin, loop, answer, mark, last_words),
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=_answer_requests, args=(stdin, loop, answer, mark, last_words), daemon=True
+    ).start()
     async with async_fetch.new_session() as session:
         for tick in itertools.count():  # until end of input or a closed stdout ends the program
             started = time.monotonic()
@@ -271,8 +307,9 @@ async def _run(config: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
             streams.tick()
             frame: tuple[Any, ...]
             try:
-                snapshot = await sample_async(topology, session, timeout_s, slow=slow,
-                                              streams=streams)  # fmt: skip
+                snapshot = await sample_async(
+                    topology, session, timeout_s, slow=slow, streams=streams
+                )
                 frame = sample_frame(slow, snapshot)
                 if fill is not None:  # the fast samples up to this one's moment, in order
                     for fast in fill.due(snapshot.taken_at):
@@ -296,8 +333,11 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         config = json.loads(line)
         ProbeTarget.from_dict(config["target"])
     except (ValueError, KeyError, TypeError) as exc:
-        print(f"pytest-wedge sampler: the first line on stdin is not a probe configuration "
-              f"({type(exc).__name__}: {exc}): {line[:200]!r}", file=sys.stderr)  # fmt: skip
+        print(
+            f"pytest-wedge sampler: the first line on stdin is not a probe configuration "
+            f"({type(exc).__name__}: {exc}): {line[:200]!r}",
+            file=sys.stderr,
+        )
         return BAD_CONFIG
     try:
         asyncio.run(_run(config, stdin, stdout))

@@ -58,8 +58,9 @@ class SamplerAsks:
             if not _ask(stdin, MARK):
                 return None
             with self._came:
-                self._came.wait_for(lambda: self._newest_slow_at >= asked_at or self._ended,
-                                    timeout_s)  # fmt: skip
+                self._came.wait_for(
+                    lambda: self._newest_slow_at >= asked_at or self._ended, timeout_s
+                )
                 return self._newest_slow_at if self._newest_slow_at >= asked_at else None
 
 

@@ -48,8 +48,17 @@ if TYPE_CHECKING:
 SNAPSHOT_FORMAT = "pytest-wedge/snapshot"
 SAME_CLIENT = "(the snapshot's client ledger)"
 MIN_RATE_WINDOW_S = 0.15
-__all__ = ["STUB_GAUGES", "Snapshot", "collect", "gather", "http_client", "parse_link_bytes",
-           "parse_router_metrics", "parse_stub_metrics", "proc_state"]  # fmt: skip
+__all__ = [
+    "STUB_GAUGES",
+    "Snapshot",
+    "collect",
+    "gather",
+    "http_client",
+    "parse_link_bytes",
+    "parse_router_metrics",
+    "parse_stub_metrics",
+    "proc_state",
+]
 
 
 @dataclass
@@ -84,11 +93,17 @@ class Snapshot:
 
     def ground_truth(self, fault_windows: Iterable[Any] = ()) -> GroundTruth:
         """The part only the test knows, as its own type."""
-        toxics = {name: {"enabled": info.get("enabled", True), "toxics": info.get("toxics", [])}
-                  for name, info in self.links.items()}  # fmt: skip
-        return GroundTruth(ledgers=dict(self.ledgers), stub_states=dict(self.stub_states),
-                           toxics=toxics, runtime_states=dict(self.components),
-                           faults=[window_dict(w) for w in fault_windows])  # fmt: skip
+        toxics = {
+            name: {"enabled": info.get("enabled", True), "toxics": info.get("toxics", [])}
+            for name, info in self.links.items()
+        }
+        return GroundTruth(
+            ledgers=dict(self.ledgers),
+            stub_states=dict(self.stub_states),
+            toxics=toxics,
+            runtime_states=dict(self.components),
+            faults=[window_dict(w) for w in fault_windows],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = {"format": SNAPSHOT_FORMAT, **asdict(self)}
@@ -141,15 +156,26 @@ def toxic_config(topology: Topology, timeout_s: float) -> dict[str, dict[str, An
         name = by_proxy.get(proxy)
         if name is None:
             continue
-        toxics = [{"type": t.get("type"), "stream": t.get("stream"), "name": t.get("name"),
-                   "toxicity": t.get("toxicity"), "attributes": t.get("attributes", {})}
-                  for t in info.get("toxics") or []]  # fmt: skip
+        toxics = [
+            {
+                "type": t.get("type"),
+                "stream": t.get("stream"),
+                "name": t.get("name"),
+                "toxicity": t.get("toxicity"),
+                "attributes": t.get("attributes", {}),
+            }
+            for t in info.get("toxics") or []
+        ]
         links[name] = {"enabled": bool(info.get("enabled", True)), "toxics": toxics}
     return links
 
 
 def truth_jobs(
-    topology: Topology, timeout_s: float, *, ledgers: bool, ledger_timeout_s: float,
+    topology: Topology,
+    timeout_s: float,
+    *,
+    ledgers: bool,
+    ledger_timeout_s: float,
     toxics: bool = True,
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, float]]:
     jobs: dict[str, Callable[[], Any]] = {}
@@ -166,8 +192,12 @@ def truth_jobs(
     return jobs, {key: timeout_s for key in jobs} | timeouts
 
 
-def fill(snapshot: Snapshot, topology: Topology, results: dict[str, Any],
-         failed: dict[str, str] | None = None) -> None:  # fmt: skip
+def fill(
+    snapshot: Snapshot,
+    topology: Topology,
+    results: dict[str, Any],
+    failed: dict[str, str] | None = None,
+) -> None:
     """Put one gather's results into ``snapshot`` (both its parts)."""
     obs = snapshot.observed = snapshot.observed or empty_observed(topology)
     fill_observed(obs, topology, results, failed or {})
@@ -190,31 +220,46 @@ def fill(snapshot: Snapshot, topology: Topology, results: dict[str, Any],
 def empty_snapshot(topology: Topology) -> Snapshot:
     spec = topology.spec
     workers = [*spec.prefill_names, *spec.decode_names]
-    return Snapshot(taken_at=time.time(), prefill=list(spec.prefill_names),
-                    decode=list(spec.decode_names), link_names=list(topology.links),
-                    observed=empty_observed(topology),
-                    ledgerless=[w for w in workers if w not in topology.stubs])  # fmt: skip
+    return Snapshot(
+        taken_at=time.time(),
+        prefill=list(spec.prefill_names),
+        decode=list(spec.decode_names),
+        link_names=list(topology.links),
+        observed=empty_observed(topology),
+        ledgerless=[w for w in workers if w not in topology.stubs],
+    )
 
 
-def _read_again(topology: Topology, snapshot: Snapshot, started: float, timeout_s: float,
-                truth: bool) -> None:  # fmt: skip
+def _read_again(
+    topology: Topology, snapshot: Snapshot, started: float, timeout_s: float, truth: bool
+) -> None:
     """Without a probe: the first read becomes "before" and a second read, at least
     ``MIN_RATE_WINDOW_S`` later, closes the window (engine counters, router, link bytes)."""
     obs = snapshot.observed
     assert obs is not None
-    first = Observed(taken_at=started, prefill=obs.prefill, decode=obs.decode,
-                     link_names=obs.link_names, router=obs.router, workers=dict(obs.workers),
-                     traffic=obs.traffic)  # fmt: skip
-    jobs, timeouts = observed_jobs(topology, timeout_s, extras=False,
-                                   slow=obs.traffic_before_at is None)
+    first = Observed(
+        taken_at=started,
+        prefill=obs.prefill,
+        decode=obs.decode,
+        link_names=obs.link_names,
+        router=obs.router,
+        workers=dict(obs.workers),
+        traffic=obs.traffic,
+    )
+    jobs, timeouts = observed_jobs(
+        topology, timeout_s, extras=False, slow=obs.traffic_before_at is None
+    )
     if truth and not snapshot.stub_states_before:
         snapshot.stub_states_before, snapshot.before_at = dict(snapshot.stub_states), started
-        jobs |= {f"{n} state": partial(get, topology.stubs[n].base_url + "/control/state",
-                                       timeout_s) for n in snapshot.stub_states}  # fmt: skip
+        jobs |= {
+            f"{n} state": partial(get, topology.stubs[n].base_url + "/control/state", timeout_s)
+            for n in snapshot.stub_states
+        }
     time.sleep(max(0.0, started + MIN_RATE_WINDOW_S - time.time()))
     results, _ = gather(jobs, timeouts)
-    attach_before(obs, first if obs.before_at is None else None,
-                  first if "router metrics" in jobs else None)
+    attach_before(
+        obs, first if obs.before_at is None else None, first if "router metrics" in jobs else None
+    )
     fill_observed(obs, topology, results, {})
     fill(snapshot, topology, {k: v for k, v in results.items() if k.endswith(" state")})
 
@@ -242,8 +287,9 @@ def collect(
     snapshot = empty_snapshot(topology)
     jobs, timeouts = observed_jobs(topology, timeout_s)
     if truth:
-        more, more_timeouts = truth_jobs(topology, timeout_s, ledgers=True,
-                                         ledger_timeout_s=ledger_timeout_s)  # fmt: skip
+        more, more_timeouts = truth_jobs(
+            topology, timeout_s, ledgers=True, ledger_timeout_s=ledger_timeout_s
+        )
         jobs, timeouts = jobs | more, timeouts | more_timeouts
     results, failed = gather(jobs, timeouts, pool)
     fill(snapshot, topology, results, failed)

@@ -126,7 +126,9 @@ class _Answers:
             else:
                 name = wanted.get(sport)
             if name is not None:
-                self.ids.append(bytes(data[offset + _SOCKID_AT:offset + _SOCKID_AT + _SOCKID_SIZE]))
+                self.ids.append(
+                    bytes(data[offset + _SOCKID_AT : offset + _SOCKID_AT + _SOCKID_SIZE])
+                )
                 stop = offset + length if offset + length < end else end
                 first = offset + _FIRST_ATTR
                 counted = None
@@ -174,11 +176,14 @@ class _Answers:
 
 def _lookups(ids: list[bytes]) -> bytes:
     """One message per socket, all sent at once: each asks for the socket with that id."""
-    head = _REQUEST.pack(socket.AF_INET, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0,
-                         CONNECTED)[:8]  # fmt: skip
+    head = _REQUEST.pack(
+        socket.AF_INET, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0, CONNECTED
+    )[:8]
     size = _HEADER.size + len(head) + _SOCKID_SIZE
-    return b"".join(_HEADER.pack(size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, seq, 0) + head + id_
-                    for seq, id_ in enumerate(ids, 1))  # fmt: skip
+    return b"".join(
+        _HEADER.pack(size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, seq, 0) + head + id_
+        for seq, id_ in enumerate(ids, 1)
+    )
 
 
 def _ask(sock: socket.socket, ports: Mapping[int, str], ids: list[bytes] | None) -> _Answers:
@@ -194,7 +199,7 @@ def _ask(sock: socket.socket, ports: Mapping[int, str], ids: list[bytes] | None)
     # The kernel answers a batch of lookups at once, into our socket's receive buffer: a few
     # dozen at a time stay far below its size, so no answer is ever dropped.
     for first in range(0, len(ids or ()), LOOKUPS_PER_SEND):
-        batch = (ids or [])[first:first + LOOKUPS_PER_SEND]
+        batch = (ids or [])[first : first + LOOKUPS_PER_SEND]
         answers.awaited = len(batch)
         sock.sendto(_lookups(batch), (0, 0))
         _receive(sock, answers, buffer)

@@ -86,8 +86,19 @@ def gdb_backtraces(pid: int, timeout_s: float = 5.0) -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
         return "(gdb is not installed: no native backtraces)"
-    argv = [gdb, "-p", str(pid), "-batch", "-nx", "-iex", "set auto-load off",
-            "-ex", "set pagination off", "-ex", "thread apply all bt 20"]  # fmt: skip
+    argv = [
+        gdb,
+        "-p",
+        str(pid),
+        "-batch",
+        "-nx",
+        "-iex",
+        "set auto-load off",
+        "-ex",
+        "set pagination off",
+        "-ex",
+        "thread apply all bt 20",
+    ]
     out = _run(argv, timeout_s)
     return "\n".join(line for line in out.splitlines() if not line.startswith("[New LWP"))
 
@@ -111,8 +122,10 @@ def _component_stacks(topology: Topology, name: str, timeout_s: float, gdb: bool
     if paused:
         parts.append(PAUSED_NOTE.format(name=name))
     if topology.components[name].role == "router":
-        parts.append("python (py-spy, the launcher; the router itself is Rust):\n"
-                     + py_spy_dump(pid, timeout_s=timeout_s))  # fmt: skip
+        parts.append(
+            "python (py-spy, the launcher; the router itself is Rust):\n"
+            + py_spy_dump(pid, timeout_s=timeout_s)
+        )
         parts.append(proc_threads(pid))
         if paused:
             parts.append("(gdb skipped: attaching to a stopped process may resume it)")

@@ -104,8 +104,9 @@ class StateStreams:
     missing ones), :meth:`states` gives the states fresh at a moment as a gather's results and
     failures. ``keep_s``: how far back states can be read."""
 
-    def __init__(self, stubs: Mapping[str, str], interval_s: float, timeout_s: float,
-                 keep_s: float = 2.0) -> None:  # fmt: skip
+    def __init__(
+        self, stubs: Mapping[str, str], interval_s: float, timeout_s: float, keep_s: float = 2.0
+    ) -> None:
         self.stubs = dict(stubs)  # name -> control API base URL
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -162,14 +163,15 @@ class StateStreams:
         history = self._history.setdefault(name, deque())
         for state in states:
             at = state.get("at") if stamped and isinstance(state, dict) else None
-            history.append((at if isinstance(at, int | float) else now - self._offset(name),
-                            state))  # fmt: skip
+            history.append((at if isinstance(at, int | float) else now - self._offset(name), state))
 
     async def _connect(self, name: str) -> None:
         address = urlsplit(self.stubs[name])
         host, port = address.hostname or "127.0.0.1", address.port or 80
-        request = (f"GET {STREAM_PATH}?interval_s={self.interval_s:g} HTTP/1.1\r\n"
-                   f"Host: {host}:{port}\r\n\r\n").encode()  # fmt: skip
+        request = (
+            f"GET {STREAM_PATH}?interval_s={self.interval_s:g} HTTP/1.1\r\n"
+            f"Host: {host}:{port}\r\n\r\n"
+        ).encode()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
@@ -194,8 +196,10 @@ class StateStreams:
         max_age_s = self.interval_s + self.timeout_s
         for name in self.stubs:
             theirs = moment - self._offset(name)  # the moment on the stub's clock
-            taken = next(((t, state) for t, state in reversed(self._history.get(name, ()))
-                          if t <= theirs), None)  # fmt: skip
+            taken = next(
+                ((t, state) for t, state in reversed(self._history.get(name, ())) if t <= theirs),
+                None,
+            )
             if taken is not None and theirs - taken[0] <= max_age_s:
                 results[f"{name} state"] = taken[1]
             elif name in self._why:

@@ -124,8 +124,10 @@ class TargetTopology:
         self.target = target
         self.spec = _Spec(target.prefill, target.decode, _Router(target.router_kind))
         self.stubs = {name: _Stub(url) for name, url in target.stubs.items()}
-        self.links = {name: _Link(link.listen, link.proxy, _LinkSpec(link.target))
-                      for name, link in target.links.items()}  # fmt: skip
+        self.links = {
+            name: _Link(link.listen, link.proxy, _LinkSpec(link.target))
+            for name, link in target.links.items()
+        }
         self.toxiproxy = _Toxiproxy(target.toxiproxy_url)
         self.router_url = target.router_url
         self.router_metrics_url = target.router_metrics_url

@@ -27,8 +27,11 @@ class GroundTruth:
 
     def injected_at(self, at: float) -> list[str]:
         """The targets of the faults active at ``at``."""
-        return [str(f["target"]) for f in self.faults
-                if f["started"] <= at and (f.get("ended") is None or f["ended"] >= at)]  # fmt: skip
+        return [
+            str(f["target"])
+            for f in self.faults
+            if f["started"] <= at and (f.get("ended") is None or f["ended"] >= at)
+        ]
 
 
 def window_dict(window: Any) -> dict[str, Any]:
@@ -36,5 +39,9 @@ def window_dict(window: Any) -> dict[str, Any]:
     if isinstance(window, dict):
         return dict(window)
     fault = window.fault
-    return {"description": fault.describe(), "target": str(fault.target),
-            "started": window.started, "ended": window.ended}  # fmt: skip
+    return {
+        "description": fault.describe(),
+        "target": str(fault.target),
+        "started": window.started,
+        "ended": window.ended,
+    }

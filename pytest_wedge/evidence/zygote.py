@@ -149,8 +149,13 @@ class Zygote:
             self._send({"id": request.get("id"), "error": f"no program {program!r}"})
             return
         if len(fds) != SAMPLER_FDS:
-            self._send({"id": request.get("id"), "error": f"got {len(fds)} descriptors, "
-                        f"not {SAMPLER_FDS} (stdin, stdout, stderr)"})  # fmt: skip
+            self._send(
+                {
+                    "id": request.get("id"),
+                    "error": f"got {len(fds)} descriptors, "
+                    f"not {SAMPLER_FDS} (stdin, stdout, stderr)",
+                }
+            )
             return
         try:
             pid = os.fork()

@@ -80,4 +80,4 @@ __all__ = [
     "Timeout",
     "Toxic",
     "register",
-]  # fmt: skip
+]

@@ -73,8 +73,11 @@ class TargetAlias:
     def __get__(self, obj: Fault | None, owner: type | None = None) -> TargetAlias | str:
         if obj is None:
             return self  # class access: lets the registry find the aliases
-        warnings.warn(f"{type(obj).__name__}.{self.keyword} is deprecated; read .target",
-                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{type(obj).__name__}.{self.keyword} is deprecated; read .target",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return obj.target
 
 
@@ -97,8 +100,10 @@ class ScheduledError:
     error: BaseException
 
     def __str__(self) -> str:
-        return (f"scheduled {self.action} of {self.fault.describe()} at +{self.at_s:g} s "
-                f"failed: {type(self.error).__name__}: {self.error}")  # fmt: skip
+        return (
+            f"scheduled {self.action} of {self.fault.describe()} at +{self.at_s:g} s "
+            f"failed: {type(self.error).__name__}: {self.error}"
+        )
 
 
 class ScheduledFaultError(WedgeError):
@@ -187,8 +192,9 @@ class FaultSet:
         if for_s is not None:
             self._start_timer(at_s + for_s, "revert", fault, self.revert)
 
-    def _start_timer(self, at_s: float, action: str, fault: Fault,
-                     run: Callable[[Fault], None]) -> None:  # fmt: skip
+    def _start_timer(
+        self, at_s: float, action: str, fault: Fault, run: Callable[[Fault], None]
+    ) -> None:
         def guarded() -> None:
             try:
                 run(fault)
@@ -248,4 +254,3 @@ class FaultSet:
         with self._lock:
             errors += [str(e) for e in self._scheduled_errors[self._raised :]]
         return errors
-

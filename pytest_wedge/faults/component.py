@@ -76,8 +76,10 @@ class Restart(ComponentFault):
 def _check_decode(decode: str, topology: Topology) -> None:
     validate_component_name(decode, topology.spec)
     if not decode.startswith("decode-"):
-        raise ConfigError(f"{decode!r} is not a decode worker",
-                          fix=f"use one of: {', '.join(topology.spec.decode_names)}")  # fmt: skip
+        raise ConfigError(
+            f"{decode!r} is not a decode worker",
+            fix=f"use one of: {', '.join(topology.spec.decode_names)}",
+        )
 
 
 @register
@@ -102,8 +104,10 @@ class DecodeOnlyRestart(Fault):
         given: object = self.prefills
         names = (given,) if isinstance(given, str) else tuple(given)  # type: ignore[arg-type]
         if not all(isinstance(name, str) for name in names):
-            raise ConfigError(f"DecodeOnlyRestart prefills must be names, got {given!r}",
-                              fix='use prefills=("prefill-0",) or leave it empty')  # fmt: skip
+            raise ConfigError(
+                f"DecodeOnlyRestart prefills must be names, got {given!r}",
+                fix='use prefills=("prefill-0",) or leave it empty',
+            )
         object.__setattr__(self, "prefills", names)
 
     def wedged_links(self, topology: Topology) -> list[str]:

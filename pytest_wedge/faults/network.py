@@ -35,8 +35,10 @@ class Toxic(Fault):
 
     def __post_init__(self) -> None:
         if self.stream not in ("upstream", "downstream"):
-            raise ConfigError(f"Bad stream {self.stream!r} for {type(self).__name__}",
-                              fix="use stream='upstream' or stream='downstream'")  # fmt: skip
+            raise ConfigError(
+                f"Bad stream {self.stream!r} for {type(self).__name__}",
+                fix="use stream='upstream' or stream='downstream'",
+            )
         if not 0.0 <= self.toxicity <= 1.0:
             raise ConfigError(f"Bad toxicity {self.toxicity!r}", fix="use a value in [0, 1]")
 
@@ -51,8 +53,13 @@ class Toxic(Fault):
 
     def payload(self) -> dict[str, Any]:
         """The toxic as Toxiproxy's API takes it."""
-        return {"name": self.toxic_name, "type": self.toxic_type, "stream": self.stream,
-                "toxicity": self.toxicity, "attributes": self.attributes()}  # fmt: skip
+        return {
+            "name": self.toxic_name,
+            "type": self.toxic_type,
+            "stream": self.stream,
+            "toxicity": self.toxicity,
+            "attributes": self.attributes(),
+        }
 
     def apply(self, topology: Topology) -> None:
         proxy = _proxy(topology, self.target)  # validates the link name first
@@ -155,8 +162,11 @@ class Slicer(Toxic):
     toxic_type: ClassVar[str] = "slicer"
 
     def attributes(self) -> dict[str, Any]:
-        return {"average_size": self.average_size_bytes,
-                "size_variation": self.size_variation_bytes, "delay": self.delay_us}  # fmt: skip
+        return {
+            "average_size": self.average_size_bytes,
+            "size_variation": self.size_variation_bytes,
+            "delay": self.delay_us,
+        }
 
 
 @register

@@ -55,9 +55,12 @@ def register(cls: FaultClass) -> FaultClass:
 
 def _unset_class_vars(cls: type) -> list[str]:
     """ClassVars declared without a value (``Toxic.toxic_type``, ``EngineFault.kind``)."""
-    declared = {name for klass in cls.__mro__
-                for name, hint in vars(klass).get("__annotations__", {}).items()
-                if str(hint).startswith(("ClassVar", "typing.ClassVar"))}  # fmt: skip
+    declared = {
+        name
+        for klass in cls.__mro__
+        for name, hint in vars(klass).get("__annotations__", {}).items()
+        if str(hint).startswith(("ClassVar", "typing.ClassVar"))
+    }
     return sorted(name for name in declared if not hasattr(cls, name))
 
 
@@ -67,8 +70,12 @@ def _qualified(cls: type) -> str:
 
 def legacy_target_keywords(cls: type[Fault]) -> list[str]:
     """The deprecated spellings of ``target`` that ``cls`` accepts (``link``, ...)."""
-    found = {value.keyword for klass in cls.__mro__ for value in vars(klass).values()
-             if isinstance(value, TargetAlias)}  # fmt: skip
+    found = {
+        value.keyword
+        for klass in cls.__mro__
+        for value in vars(klass).values()
+        if isinstance(value, TargetAlias)
+    }
     return sorted(found)
 
 
@@ -86,8 +93,11 @@ def _accept_legacy_target_keywords(cls: type[Fault]) -> None:
                 continue
             if args or "target" in kwargs:
                 raise TypeError(f"{name}() got the target twice: as target and as {keyword}=")
-            warnings.warn(f"{name}({keyword}=...) is deprecated; use {name}(target=...)",
-                          DeprecationWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{name}({keyword}=...) is deprecated; use {name}(target=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             kwargs["target"] = kwargs.pop(keyword)
         init(self, *args, **kwargs)
 

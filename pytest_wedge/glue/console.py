@@ -35,15 +35,20 @@ def header_lines(config: pytest.Config) -> list[str]:
     kind = plugin.value("wedge_router")
     if kind == "smg":
         smg = smg_path()
-        router = (f"smg {package_version('smg') or '(version unknown)'} at {smg}" if smg
-                  else "smg not found (pip install 'smg>=1.13,<1.14')")  # fmt: skip
+        router = (
+            f"smg {package_version('smg') or '(version unknown)'} at {smg}"
+            if smg
+            else "smg not found (pip install 'smg>=1.13,<1.14')"
+        )
     else:
         from pytest_wedge.routers.describe import describe_kind
 
         router = describe_kind(kind)
-    lines = [f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)",
-             f"wedge: workers: pytest-wedge {package_version('pytest-wedge') or '?'} stubs "
-             f"(python -m pytest_wedge.stubs; sglang protocol unless a topology names vllm)"]
+    lines = [
+        f"wedge: runtime {runtime.value} ({runtime.source}), router {router} (PD mode)",
+        f"wedge: workers: pytest-wedge {package_version('pytest-wedge') or '?'} stubs "
+        f"(python -m pytest_wedge.stubs; sglang protocol unless a topology names vllm)",
+    ]
     try:
         found = plugin.toxiproxy()
     except WedgeError as exc:
@@ -52,8 +57,10 @@ def header_lines(config: pytest.Config) -> list[str]:
         cache = _versions_cache(config)
         version = binary_version(found.path, cache=cache)
         _store_versions_cache(config, cache)
-        lines.append(f"wedge: toxiproxy-server {version or '(version unknown)'} at "
-                     f"{found.path} (from {found.source})")  # fmt: skip
+        lines.append(
+            f"wedge: toxiproxy-server {version or '(version unknown)'} at "
+            f"{found.path} (from {found.source})"
+        )
     lines.append(f"wedge: artifacts {artifacts}")
     return lines
 
@@ -78,15 +85,15 @@ def _write_line(config: pytest.Config, text: str) -> None:
     if reporter is None:
         return
     capture = config.pluginmanager.get_plugin("capturemanager")
-    context = (capture.global_and_fixture_disabled() if capture is not None
-               else contextlib.nullcontext())  # fmt: skip
+    context = (
+        capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext()
+    )
     with context:
         reporter.write_line(text)
 
 
 @contextlib.contextmanager
-def bring_up(config: pytest.Config, what: str,
-             after_s: float | None = None) -> Iterator[None]:  # fmt: skip
+def bring_up(config: pytest.Config, what: str, after_s: float | None = None) -> Iterator[None]:
     """Say ``wedge: <what> ...`` once the block has taken ``after_s`` (default
     ``PROGRESS_AFTER_S``), and how it ended.
 
@@ -116,12 +123,12 @@ def bring_up(config: pytest.Config, what: str,
             state["done"] = True
             timer.cancel()
         if state["shown"]:
-            _write_line(config, f"wedge: {what}: {outcome} after "
-                                f"{time.monotonic() - started:.1f} s")  # fmt: skip
+            _write_line(
+                config, f"wedge: {what}: {outcome} after {time.monotonic() - started:.1f} s"
+            )
 
 
-def describe_bring_up(config: pytest.Config, prefill: int, decode: int,
-                      runtime: str | None) -> str:  # fmt: skip
+def describe_bring_up(config: pytest.Config, prefill: int, decode: int, runtime: str | None) -> str:
     plugin = config.stash.get(PLUGIN_KEY, None)
     name = runtime or (plugin.value("wedge_runtime") if plugin is not None else "process")
     return f"bringing up {prefill} prefill + {decode} decode on the {name} runtime"

@@ -32,8 +32,7 @@ def _extra_evidence(item: pytest.Item) -> Any:
     return extra
 
 
-def report_call(item: pytest.Item, report: pytest.TestReport,
-                error: BaseException | None) -> None:  # fmt: skip
+def report_call(item: pytest.Item, report: pytest.TestReport, error: BaseException | None) -> None:
     """A failed call gets the wedge section; a passing one keeps its artifacts under
     ``--wedge-keep``. A report that cannot be made says so and never hides the failure."""
     from pytest_wedge.glue.report import build_report, keep_artifacts

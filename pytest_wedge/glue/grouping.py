@@ -60,8 +60,10 @@ def groups_by_shape(config: pytest.Config) -> bool:
 def item_group(item: pytest.Item) -> str | None:
     """The item's own ``xdist_group``, else the shape it brings up, else None (``wedge_factory``
     alone, or a bad marker, which fails its own test at setup)."""
-    own = [str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-           for m in item.iter_markers("xdist_group")]  # fmt: skip
+    own = [
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    ]
     if own:
         return "_".join(sorted(set(own)))
     from pytest_wedge.topology.shape import shape_id
@@ -142,8 +144,9 @@ class ShapeGrouping:
 
     # trylast: after -k and --deselect, so the map holds the node ids the controller gets.
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:  # fmt: skip
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         workerinput = getattr(config, "workerinput", None)
         if workerinput is None or WORKERINPUT_KEY not in workerinput:
             return

@@ -66,11 +66,15 @@ class ScenarioSelection:
             if hint:
                 facts["did you mean"] = hint
             facts["known"] = ", ".join(sorted(known))
-            raise pytest.UsageError(str(ConfigError(
-                f"Unknown scenario(s): {', '.join(unknown)}",
-                facts=facts,
-                fix="run `pytest --wedge-scenarios=list` to see the catalog",
-            )))  # fmt: skip
+            raise pytest.UsageError(
+                str(
+                    ConfigError(
+                        f"Unknown scenario(s): {', '.join(unknown)}",
+                        facts=facts,
+                        fix="run `pytest --wedge-scenarios=list` to see the catalog",
+                    )
+                )
+            )
         self.selected = [s for s in self.all if wanted is None or s.name in wanted]
 
     def listing(self) -> str:
@@ -103,8 +107,9 @@ class ScenarioItem(pytest.Item):
 
         self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime
-        with bring_up(self.config, describe_bring_up(self.config, spec.prefill,
-                                                     spec.decode, runtime)):  # fmt: skip
+        with bring_up(
+            self.config, describe_bring_up(self.config, spec.prefill, spec.decode, runtime)
+        ):
             handle = open_handle(self, spec, runtime)
         self.user_properties.append(("wedge_router", spec.router.describe()))
         result = run_scenario(handle, self.scenario)
@@ -122,8 +127,9 @@ class ScenarioItem(pytest.Item):
     def teardown(self) -> None:
         close_handles(self)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
-                     ) -> str | Any:  # fmt: skip
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | Any:
         if isinstance(excinfo.value, WedgeError):
             return str(excinfo.value)  # our errors explain themselves; no internal traceback
         return super().repr_failure(excinfo)
@@ -148,8 +154,9 @@ def _split_ids(args: Sequence[str]) -> tuple[list[str] | None, list[str]]:
     return names, rest
 
 
-def _selection(config: pytest.Config, ids: Sequence[str] | None = None,
-               explicit: bool = False) -> ScenarioSelection | None:  # fmt: skip
+def _selection(
+    config: pytest.Config, ids: Sequence[str] | None = None, explicit: bool = False
+) -> ScenarioSelection | None:
     """The selection, or None when the catalog does not run.
 
     Node ids on the command line select by themselves (with ``--wedge-scenarios`` if it is
@@ -164,9 +171,14 @@ def _selection(config: pytest.Config, ids: Sequence[str] | None = None,
     values = [v for v in (option, *(ids or ())) if v]
     if not values:
         return None
-    sources = [s for s, used in ((_source_name(setting.source), bool(option)),
-                                 ("the node id wedge-scenarios::NAME", bool(ids)))
-               if used]  # fmt: skip
+    sources = [
+        s
+        for s, used in (
+            (_source_name(setting.source), bool(option)),
+            ("the node id wedge-scenarios::NAME", bool(ids)),
+        )
+        if used
+    ]
     return ScenarioSelection(",".join(values), directories, " and ".join(sources))
 
 

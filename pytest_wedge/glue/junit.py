@@ -34,8 +34,7 @@ def add_system_out(config: pytest.Config, report: pytest.TestReport) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is None:
         return
-    text = "".join(f"{HEADER}\n{content}\n" for name, content in report.sections
-                   if name == "wedge")  # fmt: skip
+    text = "".join(f"{HEADER}\n{content}\n" for name, content in report.sections if name == "wedge")
     reporter = xml.node_reporter(report)
     existing = [node for node in reporter.nodes if node.tag == "system-out"]
     if existing:

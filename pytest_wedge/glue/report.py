@@ -70,8 +70,9 @@ def _watchdog_lines(wedge: Wedge, rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"watchdog check: budget {check.within_s:g} s, time to clear {cleared}")
     if rows:
         lines.append("watchdogs armed:")
-        lines += [f"  - {r['watchdog']}: " + ("fired" if r.get("fired") else "did not fire")
-                  for r in rows]  # fmt: skip
+        lines += [
+            f"  - {r['watchdog']}: " + ("fired" if r.get("fired") else "did not fire") for r in rows
+        ]
     return lines
 
 
@@ -121,8 +122,11 @@ def build_report(
     )
     lines = [f"moment: {moment.describe()}", diagnosis.render()]
     lines += _last_diagnose_line(wedge, moment)
-    data: dict[str, Any] = {"origin": diagnosis.origin, "diagnosis": diagnosis,
-                            "moment": moment.to_json()}  # fmt: skip
+    data: dict[str, Any] = {
+        "origin": diagnosis.origin,
+        "diagnosis": diagnosis,
+        "moment": moment.to_json(),
+    }
     since = current_window_start(wedge.faults)
     data["oracle"] = locate(moment.snapshot, origin=diagnosis.origin, since=since)
     rows = watchdog_report(wedge, wedge.watchdogs)
@@ -143,12 +147,18 @@ def build_report(
         if wedge.last_diagnosis is not None and wedge.last_diagnosis is not moment:
             summary["last_diagnose"] = wedge.last_diagnosis.to_json()
         path = write_artifacts(
-            Path(wedge.artifacts_dir).absolute(), diagnosis, moment.snapshot, samples,
-            wedge.faults.windows, [*rows, *[c.to_json() for c in wedge.clear_checks]],
-            stacks=stacks, log_offsets=wedge.log_offsets, context=summary,
+            Path(wedge.artifacts_dir).absolute(),
+            diagnosis,
+            moment.snapshot,
+            samples,
+            wedge.faults.windows,
+            [*rows, *[c.to_json() for c in wedge.clear_checks]],
+            stacks=stacks,
+            log_offsets=wedge.log_offsets,
+            context=summary,
             link_rates=wedge.link_meter.rates() if wedge.link_meter else None,
             **_timeline_heading(wedge, moment, context),
-        )  # fmt: skip
+        )
         data["artifacts"] = str(path)
         earlier = moment in (wedge.failure_moment, wedge.last_diagnosis)
         when = "; stacks.txt was taken at the report" if stacks and earlier else ""
@@ -158,8 +168,9 @@ def build_report(
     return "\n".join(lines), data
 
 
-def _timeline_heading(wedge: Wedge, moment: Moment,
-                      context: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+def _timeline_heading(
+    wedge: Wedge, moment: Moment, context: dict[str, Any] | None
+) -> dict[str, Any]:
     """The timeline's heading (the test and its failure) and its marks: the moment shown, the
     test's own last diagnose(), and the failure."""
     marks = [(moment.taken_at, f"diagnosis {moment.label}")]

@@ -73,8 +73,9 @@ class WedgePlugin:
         inipath = self.config.inipath
         if setting.source == "ini file" and inipath is not None:
             source, base = f"ini wedge_toxiproxy in {inipath}", inipath.parent
-        return locate_toxiproxy(setting.value, source=source, base_dir=base,
-                                rootdir=self.config.rootpath)  # fmt: skip
+        return locate_toxiproxy(
+            setting.value, source=source, base_dir=base, rootdir=self.config.rootpath
+        )
 
     def _check_artifacts_dir(self) -> None:
         setting = self.settings["wedge_artifacts"]
@@ -183,8 +184,9 @@ def plain_errors(config: pytest.Config) -> Iterator[None]:
         raise pytest.fail.Exception(f"{type(exc).__name__}: {exc}", pytrace=False) from None
 
 
-def marker_args(item: pytest.Item, args: Sequence[Any], kwargs: Mapping[str, Any], *,
-                what: str) -> MarkerArgs:  # fmt: skip
+def marker_args(
+    item: pytest.Item, args: Sequence[Any], kwargs: Mapping[str, Any], *, what: str
+) -> MarkerArgs:
     """The topology and runtime that ``what`` (the marker, or a factory call) asks for.
 
     A mistake fails this one test, at setup, with the plain message and no traceback through
@@ -211,8 +213,11 @@ def open_handle(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> W
     from pytest_wedge.handle import Wedge
 
     handles = item.stash.setdefault(HANDLES_KEY, [])
-    handle = Wedge(topology, artifacts_folder(plugin.run_dir(), item.nodeid, len(handles)),
-                   probe_interval_s=plugin.value("wedge_probe_interval"))  # fmt: skip
+    handle = Wedge(
+        topology,
+        artifacts_folder(plugin.run_dir(), item.nodeid, len(handles)),
+        probe_interval_s=plugin.value("wedge_probe_interval"),
+    )
     handles.append(handle)
     return handle
 
@@ -245,5 +250,3 @@ def close_handles(item: pytest.Item) -> None:
             facts={"errors": "; ".join(errors)},
             fix="the next test resets the topology; check the component logs",
         )
-
-

@@ -186,20 +186,28 @@ def count_executions(
             origins.setdefault(request_id, str(entry.get("origin")))
             room = entry.get("room")
             key: object = room if room is not None else (worker, i)
-            leg = Leg(worker, role, str(entry.get("state")), int(entry.get("tokens") or 0),
-                      entry.get("error"), dict(entry.get("t") or {}))  # fmt: skip
+            leg = Leg(
+                worker,
+                role,
+                str(entry.get("state")),
+                int(entry.get("tokens") or 0),
+                entry.get("error"),
+                dict(entry.get("t") or {}),
+            )
             by_attempt.setdefault(request_id, {}).setdefault(key, []).append(leg)
     executions = []
     for request_id in dict.fromkeys([*clients, *by_attempt]):
         client = clients.get(request_id)
         attempts = sorted(
             (
-                Attempt(key if isinstance(key, int) else None,
-                        tuple(sorted(legs, key=lambda g: (g.role != "prefill", g.worker))))
+                Attempt(
+                    key if isinstance(key, int) else None,
+                    tuple(sorted(legs, key=lambda g: (g.role != "prefill", g.worker))),
+                )
                 for key, legs in by_attempt.get(request_id, {}).items()
             ),
             key=lambda a: a.arrived,
-        )  # fmt: skip
+        )
         executions.append(
             Execution(
                 request_id,
@@ -219,9 +227,12 @@ def duplicates(executions: Iterable[Execution]) -> list[Execution]:
 def retry_table(executions: Sequence[Execution], limit: int = 20) -> str:
     """One line per retried request id: its attempts, rooms and workers."""
     retried = [e for e in executions if e.retries]
-    lines = [f"{e.request_id}: {len(e.attempts)} attempts, rooms "
-             f"{', '.join(str(r) for r in e.rooms)}; workers {', '.join(e.workers)}; "
-             f"{e.executed} executed" for e in retried[:limit]]  # fmt: skip
+    lines = [
+        f"{e.request_id}: {len(e.attempts)} attempts, rooms "
+        f"{', '.join(str(r) for r in e.rooms)}; workers {', '.join(e.workers)}; "
+        f"{e.executed} executed"
+        for e in retried[:limit]
+    ]
     if len(retried) > limit:
         lines.append(f"... and {len(retried) - limit} more")
     return "\n".join(lines) or "no request was retried"

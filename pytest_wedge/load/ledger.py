@@ -28,9 +28,16 @@ FINAL_STATES: frozenset[State] = frozenset(STATES) - {"pending"}
 FAILED_STATES: frozenset[State] = frozenset({"error", "timeout", "unknown"})
 # Where a request is on the overdue clock. The four pending phases, then the final states.
 Phase = Literal[
-    "not_sent_yet", "held_by_client", "in_flight", "overdue",
-    "ok", "error", "timeout", "aborted", "unknown",
-]  # fmt: skip
+    "not_sent_yet",
+    "held_by_client",
+    "in_flight",
+    "overdue",
+    "ok",
+    "error",
+    "timeout",
+    "aborted",
+    "unknown",
+]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 ERROR_SNIPPET_CHARS = 200
 LEDGER_FORMAT = "pytest-wedge/client-ledger"

@@ -35,8 +35,11 @@ A field's meaning is its attribute docstring in the code. To add a fault of your
 def package_faults() -> dict[str, type[Fault]]:
     """The registry's faults that ship with pytest-wedge. A user's own fault, registered by a
     conftest or a plugin in the same process, belongs to the user's docs, not these."""
-    return {name: cls for name, cls in FAULT_REGISTRY.items()
-            if cls.__module__.startswith("pytest_wedge.")}  # fmt: skip
+    return {
+        name: cls
+        for name, cls in FAULT_REGISTRY.items()
+        if cls.__module__.startswith("pytest_wedge.")
+    }
 
 
 def fault_entries(cls: type[Fault]) -> list[Entry]:
@@ -111,8 +114,12 @@ def render() -> str:
     body = [*_summary(), ""]
     for module in sorted(by_module, key=_family_order):
         classes = by_module[module]
-        body += [f"## {module.rpartition('.')[2].capitalize()} faults", "",
-                 prose(_module_title(module)), ""]  # fmt: skip
+        body += [
+            f"## {module.rpartition('.')[2].capitalize()} faults",
+            "",
+            prose(_module_title(module)),
+            "",
+        ]
         for cls in classes:
             body += _section(cls)
     return page("Faults", INTRO, body)

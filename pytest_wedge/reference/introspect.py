@@ -63,9 +63,13 @@ def _docs_declared_in(cls: type) -> dict[str, str]:
         return {}
     found: dict[str, str] = {}
     for stmt, after in zip(node.body, node.body[1:], strict=False):
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):  # fmt: skip
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             found[stmt.target.id] = inspect.cleandoc(after.value.value)
     return found
 

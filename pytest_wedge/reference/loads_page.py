@@ -56,18 +56,27 @@ def option_entries(load: type[BackgroundLoad]) -> list[Entry]:
 
 def _load_section(load: type[BackgroundLoad], python: str, toml: str) -> list[str]:
     doc = prose(own_docstring(load))
-    return [f"## `{load.__name__}`", "", doc, "",
-            f"In a test: {python}. In a scenario file: `{toml}`.", "",
-            *entry_table(option_entries(load)), ""]  # fmt: skip
+    return [
+        f"## `{load.__name__}`",
+        "",
+        doc,
+        "",
+        f"In a test: {python}. In a scenario file: `{toml}`.",
+        "",
+        *entry_table(option_entries(load)),
+        "",
+    ]
 
 
 def render_harness() -> str:
     body: list[str] = []
     for load, python, toml in LOADS:
         body += _load_section(load, python, toml)
-    body += ["`wedge.stray(target)` and a `[[load.stray]]` table also take `target`: a worker "
-             "name (straight to its real port, bypassing the router and every link), "
-             "`\"router\"`, or a URL."]  # fmt: skip
+    body += [
+        "`wedge.stray(target)` and a `[[load.stray]]` table also take `target`: a worker "
+        "name (straight to its real port, bypassing the router and every link), "
+        '`"router"`, or a URL.'
+    ]
     return page("Load options", HARNESS_INTRO, body)
 
 
@@ -76,16 +85,22 @@ def ledger_entries() -> list[Entry]:
 
 
 def render_ledger() -> str:
-    body = ["## Record fields", "", *entry_table(ledger_entries()), "",
-            "## States", "",
-            "Every record ends in exactly one final state; a second one raises "
-            "`FinalStateError`.", "",
-            *table(("state", "meaning"), [(code(s), STATE_MEANINGS.get(s, "")) for s in STATES]),
-            "",
-            "## Phases", "",
-            "Where a record is on the overdue clock, which starts at `sent` "
-            "(`RequestRecord.phase(overdue_after_s)`; `diagnose()` uses `overdue_after_s=1.0`).",
-            "",
-            *table(("phase", "meaning"), [(code(p), PHASE_MEANINGS.get(p, ""))
-                                          for p in PHASES])]  # fmt: skip
+    body = [
+        "## Record fields",
+        "",
+        *entry_table(ledger_entries()),
+        "",
+        "## States",
+        "",
+        "Every record ends in exactly one final state; a second one raises `FinalStateError`.",
+        "",
+        *table(("state", "meaning"), [(code(s), STATE_MEANINGS.get(s, "")) for s in STATES]),
+        "",
+        "## Phases",
+        "",
+        "Where a record is on the overdue clock, which starts at `sent` "
+        "(`RequestRecord.phase(overdue_after_s)`; `diagnose()` uses `overdue_after_s=1.0`).",
+        "",
+        *table(("phase", "meaning"), [(code(p), PHASE_MEANINGS.get(p, "")) for p in PHASES]),
+    ]
     return page("Client ledger", LEDGER_INTRO, body)

@@ -22,14 +22,23 @@ METRIC_NAME = re.compile(r"^(smg_\w+|vllm_router_\w+|sglang:\w+|toxiproxy_proxy_
 NOT_READERS = ("stubs/", "reference/", "evidence/metric_meanings.py")
 
 SOURCES = {
-    "router": ("Router (smg)", "The smg router's `/metrics`, read by the snapshot, the probe "
-               "and the watchdogs. smg leaves out a counter that never fired; it reads as 0."),
-    "engine": ("Engines (SGLang names)", "Each worker's `/metrics`. The stub workers export "
-               "SGLang's names, so the same reading works on a real SGLang engine. Gauges are "
-               "summed over an engine's label sets (dp ranks)."),
-    "toxiproxy": ("Links (Toxiproxy)", "Toxiproxy's `/metrics`, run with `-proxy-metrics`; the "
-                  "`proxy` label names the link's proxy."),
-}  # fmt: skip
+    "router": (
+        "Router (smg)",
+        "The smg router's `/metrics`, read by the snapshot, the probe "
+        "and the watchdogs. smg leaves out a counter that never fired; it reads as 0.",
+    ),
+    "engine": (
+        "Engines (SGLang names)",
+        "Each worker's `/metrics`. The stub workers export "
+        "SGLang's names, so the same reading works on a real SGLang engine. Gauges are "
+        "summed over an engine's label sets (dp ranks).",
+    ),
+    "toxiproxy": (
+        "Links (Toxiproxy)",
+        "Toxiproxy's `/metrics`, run with `-proxy-metrics`; the "
+        "`proxy` label names the link's proxy.",
+    ),
+}
 
 INTRO = """\
 Every metric the evidence reads: the diagnosis, the blind locator, the probe, the watchdogs and
@@ -46,8 +55,11 @@ def metric_names_read(package: Path = PACKAGE) -> set[str]:
         if path.relative_to(package).as_posix().startswith(NOT_READERS):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and METRIC_NAME.match(node.value)):  # fmt: skip
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and METRIC_NAME.match(node.value)
+            ):
                 found.add(node.value)
     return found
 
@@ -64,7 +76,14 @@ def render() -> str:
     body: list[str] = []
     for source, (title, about) in SOURCES.items():
         rows = [_row(m) for m in METRIC_MEANINGS.values() if m.source == source]
-        body += [f"## {title}", "", about, "",
-                 *table(("metric", "type", "labels read", "meaning", "what the evidence "
-                         "makes of it"), rows), ""]  # fmt: skip
+        body += [
+            f"## {title}",
+            "",
+            about,
+            "",
+            *table(
+                ("metric", "type", "labels read", "meaning", "what the evidence makes of it"), rows
+            ),
+            "",
+        ]
     return page("Metrics the evidence reads", INTRO, body)

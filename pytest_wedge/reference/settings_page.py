@@ -15,8 +15,9 @@ environment > ini > default. The load options of a test are on
 def _default(setting: Setting) -> str:
     if setting.default is None or setting.default == ():
         return "none"
-    return code(str(setting.default).lower() if isinstance(setting.default, bool)
-                else str(setting.default))  # fmt: skip
+    return code(
+        str(setting.default).lower() if isinstance(setting.default, bool) else str(setting.default)
+    )
 
 
 def _option(setting: Setting) -> str:
@@ -35,7 +36,9 @@ def _meaning(setting: Setting) -> str:
 
 
 def render() -> str:
-    rows = [(_option(s), code(s.name), code(s.env or ""), _default(s), _meaning(s))
-            for s in SETTINGS.values()]  # fmt: skip
+    rows = [
+        (_option(s), code(s.name), code(s.env or ""), _default(s), _meaning(s))
+        for s in SETTINGS.values()
+    ]
     body = table(("option", "ini", "environment", "default", "meaning"), rows)
     return page("Settings", INTRO, body)

@@ -59,8 +59,19 @@ class RouterAdapter:
         extra: Sequence[str] = (),
     ) -> list[str]:
         """The launch line: ``prefills`` are (link URL, real bootstrap port) pairs."""
-        argv = [executable, *self.subcommand, "--host", host, "--port", str(port), self.pd_flag,
-                "--prometheus-host", host, "--prometheus-port", str(metrics_port)]  # fmt: skip
+        argv = [
+            executable,
+            *self.subcommand,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            self.pd_flag,
+            "--prometheus-host",
+            host,
+            "--prometheus-port",
+            str(metrics_port),
+        ]
         for url, bootstrap in prefills:
             argv += ["--prefill", url, *([str(bootstrap)] if self.bootstrap_in_prefill_arg else [])]
         for url in decodes:
@@ -69,57 +80,88 @@ class RouterAdapter:
 
 
 SMG = RouterAdapter(
-    name="smg", package="smg", version="1.13.0", script="smg", isolated=False,
-    subcommand=("launch",), pd_flag="--pd-disaggregation", bootstrap_in_prefill_arg=True,
+    name="smg",
+    package="smg",
+    version="1.13.0",
+    script="smg",
+    isolated=False,
+    subcommand=("launch",),
+    pd_flag="--pd-disaggregation",
+    bootstrap_in_prefill_arg=True,
     startup_args=(),
-    metrics=RouterMetrics("smg_worker_requests_active", "smg_worker_health",
-                          "smg_worker_cb_state"),
+    metrics=RouterMetrics("smg_worker_requests_active", "smg_worker_health", "smg_worker_cb_state"),
     origin="body `user` and the `x-request-id-origin` header both reach the workers",
     stall="at --request-timeout-secs: an SSE error frame, then `data: [DONE]` (status 200)",
     timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True, keepalive=True, waits_for_workers=False, starts_with_workers=True,
-    unproxied=("the registration-time TCP connect from the router to each prefill's real "
-               "bootstrap port (smg is given that port so it can hand it to the decodes)",),
-)  # fmt: skip
+    retries=True,
+    keepalive=True,
+    waits_for_workers=False,
+    starts_with_workers=True,
+    unproxied=(
+        "the registration-time TCP connect from the router to each prefill's real "
+        "bootstrap port (smg is given that port so it can hand it to the decodes)",
+    ),
+)
 
 SGLANG_ROUTER = RouterAdapter(
-    name="sglang-router", package="sglang-router", version="0.3.2", script="sglang-router",
-    isolated=True, subcommand=("launch",), pd_flag="--pd-disaggregation",
-    bootstrap_in_prefill_arg=True, startup_args=(),
+    name="sglang-router",
+    package="sglang-router",
+    version="0.3.2",
+    script="sglang-router",
+    isolated=True,
+    subcommand=("launch",),
+    pd_flag="--pd-disaggregation",
+    bootstrap_in_prefill_arg=True,
+    startup_args=(),
     # smg_worker_requests_active stays 0 while a request hangs on a worker in this version;
     # only the connection gauge rises (routers.md A5).
-    metrics=RouterMetrics("smg_http_connections_active", "smg_worker_health",
-                          "smg_worker_cb_state"),
+    metrics=RouterMetrics(
+        "smg_http_connections_active", "smg_worker_health", "smg_worker_cb_state"
+    ),
     origin="only the `x-request-id-origin` header: chat and /generate bodies lose `user` "
-           "and every unknown field",
+    "and every unknown field",
     stall="at --request-timeout-secs: the chunked stream is cut without its last chunk "
-          "(no error frame, no [DONE]); no SSE keep-alive, so a client idle timeout fires",
+    "(no error frame, no [DONE]); no SSE keep-alive, so a client idle timeout fires",
     timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True, keepalive=False, waits_for_workers=False, starts_with_workers=False,
+    retries=True,
+    keepalive=False,
+    waits_for_workers=False,
+    starts_with_workers=False,
     unproxied=(),
-)  # fmt: skip
+)
 
 VLLM_ROUTER = RouterAdapter(
-    name="vllm-router", package="vllm-router", version="0.1.17", script="vllm-router",
-    isolated=True, subcommand=(), pd_flag="--vllm-pd-disaggregation",
+    name="vllm-router",
+    package="vllm-router",
+    version="0.1.17",
+    script="vllm-router",
+    isolated=True,
+    subcommand=(),
+    pd_flag="--vllm-pd-disaggregation",
     bootstrap_in_prefill_arg=False,
     # It polls worker health every 30 s at start by default: 1 s keeps bring-up short.
     # round_robin: the default cache_aware policy sends /render and /tokenize to both workers
     # before every request, which is not the PD traffic under test.
     startup_args=("--worker-startup-check-interval", "1", "--policy", "round_robin"),
-    metrics=RouterMetrics("vllm_router_pd_active_decode_requests", "vllm_router_worker_health",
-                          None),
+    metrics=RouterMetrics(
+        "vllm_router_pd_active_decode_requests", "vllm_router_worker_health", None
+    ),
     origin="only the body `user` on chat and completions (the origin header is dropped; "
-           "/generate keeps neither)",
+    "/generate keeps neither)",
     stall="at --request-timeout-secs: the stream is cut without its last chunk (no error "
-          "frame); no keep-alive",
+    "frame); no keep-alive",
     timeout="a hung worker: 500 at exactly N s (no retries; the breaker never trips)",
-    retries=False, keepalive=False, waits_for_workers=True, starts_with_workers=False,
+    retries=False,
+    keepalive=False,
+    waits_for_workers=True,
+    starts_with_workers=False,
     unproxied=(),
-    unproxied_other_protocol=("with SGLang-protocol workers the decode does no KV fetch "
-                              "(vllm-router sends no bootstrap room), so the decode-j->prefill-i "
-                              "links carry no traffic",),
-)  # fmt: skip
+    unproxied_other_protocol=(
+        "with SGLang-protocol workers the decode does no KV fetch "
+        "(vllm-router sends no bootstrap room), so the decode-j->prefill-i "
+        "links carry no traffic",
+    ),
+)
 
 ADAPTERS = {a.name: a for a in (SMG, SGLANG_ROUTER, VLLM_ROUTER)}
 
@@ -145,5 +187,8 @@ def adapter(name: str) -> RouterAdapter:
     try:
         return ADAPTERS[name]
     except KeyError:
-        raise ConfigError(f"No adapter for router {name!r}", facts={"known": ", ".join(ADAPTERS)},
-                          fix="use one of the built-in router kinds") from None  # fmt: skip
+        raise ConfigError(
+            f"No adapter for router {name!r}",
+            facts={"known": ", ".join(ADAPTERS)},
+            fix="use one of the built-in router kinds",
+        ) from None

@@ -29,8 +29,10 @@ def router_adapter(router: RouterSpec) -> RouterAdapter:
 
 
 UNKNOWN_VERSION = "(version not known to pytest-wedge)"
-PUBLIC_ONLY = ("only its public endpoints are known (no ledger, no control API), so the locator "
-               "had no worker ledger of it")  # fmt: skip
+PUBLIC_ONLY = (
+    "only its public endpoints are known (no ledger, no control API), so the locator "
+    "had no worker ledger of it"
+)
 STUB_MODULE = "pytest_wedge.stubs"
 
 
@@ -123,19 +125,28 @@ def env_version(env: IsolatedEnv) -> str | None:
     return None
 
 
-def describe_router(router: RouterSpec, argv: Sequence[str] = (),
-                    runtime: str = "process") -> ComponentDescription:  # fmt: skip
+def describe_router(
+    router: RouterSpec, argv: Sequence[str] = (), runtime: str = "process"
+) -> ComponentDescription:
     binary = argv[0] if argv else "(not started)"
     on = f"on the {runtime} runtime"
     if router.kind == "url":
-        return ComponentDescription("router", f"url ({router.like}-like)", router.url or "",
-                                    UNKNOWN_VERSION, "already running; not started or stopped "
-                                    "by pytest-wedge")  # fmt: skip
+        return ComponentDescription(
+            "router",
+            f"url ({router.like}-like)",
+            router.url or "",
+            UNKNOWN_VERSION,
+            "already running; not started or stopped by pytest-wedge",
+        )
     if router.kind == "command":
         template = " ".join(router.command)
-        return ComponentDescription("router", f"command ({router.like}-like)", binary,
-                                    UNKNOWN_VERSION, "started by pytest-wedge from the user's "
-                                    f"command template {template!r}, {on}")  # fmt: skip
+        return ComponentDescription(
+            "router",
+            f"command ({router.like}-like)",
+            binary,
+            UNKNOWN_VERSION,
+            f"started by pytest-wedge from the user's command template {template!r}, {on}",
+        )
     kind = adapter(router.kind)
     if kind.isolated:
         env = ready_env(kind.package, kind.version)
@@ -152,28 +163,42 @@ def describe_router(router: RouterSpec, argv: Sequence[str] = (),
     return ComponentDescription("router", kind.name, binary, version, started)
 
 
-def describe_worker(name: str, argv: Sequence[str], spec: _Spec, runtime: str = "process",
-                    foreign: bool = False) -> ComponentDescription:  # fmt: skip
+def describe_worker(
+    name: str, argv: Sequence[str], spec: _Spec, runtime: str = "process", foreign: bool = False
+) -> ComponentDescription:
     """A worker: a stub of either protocol (with or without its ledger), or a user's command
     (``foreign``: even one that launches our stub is known only by its public endpoints)."""
     if not argv:
         if foreign:  # a url worker: the user started it
             started = f"not started or stopped by pytest-wedge; {PUBLIC_ONLY}"
             return ComponentDescription(name, "url", "(already running)", UNKNOWN_VERSION, started)
-        return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION,
-                                    "not started by pytest-wedge")  # fmt: skip
+        return ComponentDescription(
+            name, "worker", "(not started)", UNKNOWN_VERSION, "not started by pytest-wedge"
+        )
     if foreign or STUB_MODULE not in argv:
-        return ComponentDescription(name, "command", argv[0], UNKNOWN_VERSION,
-                                    f"started by pytest-wedge from the user's command "
-                                    f"{shlex.join(argv)!r}, on the {runtime} runtime; "
-                                    f"{PUBLIC_ONLY}")  # fmt: skip
+        return ComponentDescription(
+            name,
+            "command",
+            argv[0],
+            UNKNOWN_VERSION,
+            f"started by pytest-wedge from the user's command "
+            f"{shlex.join(argv)!r}, on the {runtime} runtime; "
+            f"{PUBLIC_ONLY}",
+        )
     started = f"python -m {STUB_MODULE}, started by pytest-wedge on the {runtime} runtime"
     if not spec.stub.ledger:
         # Said here too, so nobody reads a location from public endpoints as ledger-backed.
-        started += ("; ledger-less (--ledgerless: no ledger, no control API), so the locator "
-                    "had no worker ledger of it")  # fmt: skip
-    return ComponentDescription(name, f"{spec.worker_protocol}-protocol stub", argv[0],
-                                f"pytest-wedge {_version('pytest-wedge')}", started)  # fmt: skip
+        started += (
+            "; ledger-less (--ledgerless: no ledger, no control API), so the locator "
+            "had no worker ledger of it"
+        )
+    return ComponentDescription(
+        name,
+        f"{spec.worker_protocol}-protocol stub",
+        argv[0],
+        f"pytest-wedge {_version('pytest-wedge')}",
+        started,
+    )
 
 
 def describe_toxiproxy(topology: DescribedTopology) -> ComponentDescription:
@@ -183,9 +208,13 @@ def describe_toxiproxy(topology: DescribedTopology) -> ComponentDescription:
         version = topology.toxiproxy.version()
     except Exception as exc:  # a report is best effort: say why instead of failing it
         version = f"(version unknown: {type(exc).__name__})"
-    return ComponentDescription("toxiproxy", "toxiproxy-server", topology.exe.toxiproxy, version,
-                                "started by pytest-wedge for the session, on the "
-                                f"{topology.runtime.name} runtime")  # fmt: skip
+    return ComponentDescription(
+        "toxiproxy",
+        "toxiproxy-server",
+        topology.exe.toxiproxy,
+        version,
+        f"started by pytest-wedge for the session, on the {topology.runtime.name} runtime",
+    )
 
 
 def describe_components(topology: DescribedTopology) -> list[ComponentDescription]:
@@ -195,8 +224,9 @@ def describe_components(topology: DescribedTopology) -> list[ComponentDescriptio
     described = [describe_router(spec.router, router.argv if router else (), runtime)]
     for name in [*spec.prefill_names, *spec.decode_names]:
         component = topology.components.get(name)
-        argv, foreign = ((component.argv, component.foreign) if component
-                         else ((), name in spec.foreign_workers))  # fmt: skip
+        argv, foreign = (
+            (component.argv, component.foreign) if component else ((), name in spec.foreign_workers)
+        )
         described.append(describe_worker(name, argv, spec, runtime, foreign))
     described.append(describe_toxiproxy(topology))
     return described
@@ -237,15 +267,19 @@ def unproxied_workers(spec: _Spec) -> list[str]:
     decodes = [name for name in spec.foreign_workers if name.startswith("decode-")]
     if decodes:
         kind = "url" if set(decodes) <= set(spec.url_workers) else "command"  # one kind a role
-        lines.append(f"the KV traffic of {', '.join(decodes)} ({kind} workers) goes where "
-                     "the engine sends it: through decode-j->prefill-i only if its template "
-                     "points it at {prefill_bootstrap[i]} (a url decode: at its kv_listen "
-                     "ports); a transfer backend of its own (NIXL, Mooncake) is never "
-                     "proxied")  # fmt: skip
+        lines.append(
+            f"the KV traffic of {', '.join(decodes)} ({kind} workers) goes where "
+            "the engine sends it: through decode-j->prefill-i only if its template "
+            "points it at {prefill_bootstrap[i]} (a url decode: at its kv_listen "
+            "ports); a transfer backend of its own (NIXL, Mooncake) is never "
+            "proxied"
+        )
     if spec.url_workers:
-        lines.append(f"the processes of {', '.join(spec.url_workers)} (url workers): not "
-                     "started by pytest-wedge, so Pause, Kill and Restart of them and their "
-                     "restart between tests are not available")  # fmt: skip
+        lines.append(
+            f"the processes of {', '.join(spec.url_workers)} (url workers): not "
+            "started by pytest-wedge, so Pause, Kill and Restart of them and their "
+            "restart between tests are not available"
+        )
     return lines
 
 

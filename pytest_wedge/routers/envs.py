@@ -115,17 +115,30 @@ def _create(package: str, version: str, path: Path) -> None:
     log = path.with_name(path.name + ".install.log")
     steps = [
         [sys.executable, "-m", "venv", "--without-pip", str(path)],
-        [sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
-         "--quiet", f"{package}=={version}"],
-    ]  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(path / "bin" / "python"),
+            "install",
+            "--quiet",
+            f"{package}=={version}",
+        ],
+    ]
     with open(log, "a") as out:  # appended: a second creation would show in it
         for argv in steps:
             out.write("$ " + " ".join(argv) + "\n")
             out.flush()
             try:
-                done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, timeout=INSTALL_TIMEOUT_S,
-                                      check=False)  # fmt: skip
+                done = subprocess.run(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=INSTALL_TIMEOUT_S,
+                    check=False,
+                )
                 failed = done.returncode != 0
             except subprocess.TimeoutExpired:
                 failed = True
@@ -140,8 +153,11 @@ def _create(package: str, version: str, path: Path) -> None:
                     f'then write {{"package": "{package}", "version": "{version}"}} to '
                     f"{path / MARKER}",
                 )
-    marker = {"package": package, "version": version,
-              "created_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    marker = {
+        "package": package,
+        "version": version,
+        "created_s": round(time.monotonic() - started, 1),
+    }
     (path / MARKER).write_text(json.dumps(marker))
 
 

@@ -51,21 +51,29 @@ class RouterSpec:
                 "{'kind': 'command', 'command': [...]} / {'kind': 'url', 'url': ...}",
             )
         if self.like not in BUILT_IN:
-            raise ConfigError(f"Unknown router dialect like={self.like!r}",
-                              facts={"known": ", ".join(BUILT_IN)},
-                              fix="set like to the built-in router your build is")  # fmt: skip
+            raise ConfigError(
+                f"Unknown router dialect like={self.like!r}",
+                facts={"known": ", ".join(BUILT_IN)},
+                fix="set like to the built-in router your build is",
+            )
         if self.kind == "command" and not self.command:
-            raise ConfigError("A command router needs its command template",
-                              fix="pass router={'kind': 'command', 'command': ['smg', 'launch', "
-                              "'--host', '{host}', '--port', '{port}', ...]}")  # fmt: skip
+            raise ConfigError(
+                "A command router needs its command template",
+                fix="pass router={'kind': 'command', 'command': ['smg', 'launch', "
+                "'--host', '{host}', '--port', '{port}', ...]}",
+            )
         if self.kind != "command" and self.command:
-            raise ConfigError(f"command= is only for kind='command' (got kind={self.kind!r})",
-                              fix="drop command=, or set kind='command'")  # fmt: skip
+            raise ConfigError(
+                f"command= is only for kind='command' (got kind={self.kind!r})",
+                fix="drop command=, or set kind='command'",
+            )
         if self.kind == "url":
             self._check_url()
         elif self.url or self.prefill_listen or self.decode_listen or self.bootstrap_ports:
-            raise ConfigError(f"url and *_listen are only for kind='url' (got {self.kind!r})",
-                              fix="drop them, or set kind='url'")  # fmt: skip
+            raise ConfigError(
+                f"url and *_listen are only for kind='url' (got {self.kind!r})",
+                fix="drop them, or set kind='url'",
+            )
 
     def _check_url(self) -> None:
         if not self.url or not self.url.startswith("http://127.0.0.1:"):
@@ -81,12 +89,16 @@ class RouterSpec:
         if self.kind == "url" and counts != (prefill, decode, prefill):
             raise ConfigError(
                 "A url router needs one listen port per worker it was started with",
-                facts={"prefill": prefill, "decode": decode,
-                       "prefill_listen": self.prefill_listen, "decode_listen": self.decode_listen,
-                       "bootstrap_ports": self.bootstrap_ports},
+                facts={
+                    "prefill": prefill,
+                    "decode": decode,
+                    "prefill_listen": self.prefill_listen,
+                    "decode_listen": self.decode_listen,
+                    "bootstrap_ports": self.bootstrap_ports,
+                },
                 fix="pass prefill_listen, bootstrap_ports (one per prefill) and decode_listen "
                 "(one per decode): the ports your router sends to",
-            )  # fmt: skip
+            )
 
     @property
     def dialect(self) -> str:
@@ -114,10 +126,11 @@ class RouterSpec:
 
 def check_worker_protocol(protocol: str) -> None:
     if protocol not in (*WORKER_PROTOCOLS, AUTO_PROTOCOL):
-        raise ConfigError(f"Unknown worker protocol {protocol!r}",
-                          facts={"known": ", ".join(WORKER_PROTOCOLS)},
-                          fix="use worker_protocol='auto' (default: the router's own), "
-                          "'sglang' or 'vllm'")  # fmt: skip
+        raise ConfigError(
+            f"Unknown worker protocol {protocol!r}",
+            facts={"known": ", ".join(WORKER_PROTOCOLS)},
+            fix="use worker_protocol='auto' (default: the router's own), 'sglang' or 'vllm'",
+        )
 
 
 def resolve_worker_protocol(
@@ -138,7 +151,9 @@ def resolve_worker_protocol(
     if asked == AUTO_PROTOCOL:
         return stub, False
     if stub not in ("sglang", asked):
-        raise ConfigError("The workers' protocol is given twice, differently",
-                          facts={"worker_protocol": asked, "stub protocol": stub},
-                          fix="set one of worker_protocol= or stub={'protocol': ...}")  # fmt: skip
+        raise ConfigError(
+            "The workers' protocol is given twice, differently",
+            facts={"worker_protocol": asked, "stub protocol": stub},
+            fix="set one of worker_protocol= or stub={'protocol': ...}",
+        )
     return asked, False

@@ -62,10 +62,19 @@ class Placeholders:
 
 ROUTER_PLACEHOLDERS = Placeholders(SCALARS, LISTS)
 WORKER_PLACEHOLDERS = Placeholders(
-    ("host", "port", "metrics_port", "name", "role", "bootstrap_port",
-     "prefill_bootstrap_port", "prefill_bootstrap", "python"),
+    (
+        "host",
+        "port",
+        "metrics_port",
+        "name",
+        "role",
+        "bootstrap_port",
+        "prefill_bootstrap_port",
+        "prefill_bootstrap",
+        "python",
+    ),
     ("stub_args",),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -79,9 +88,15 @@ class TemplateValues:
     python: str
 
     def scalars(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "metrics_port": self.metrics_port,
-                "prefill_url": list(self.prefill_urls), "decode_url": list(self.decode_urls),
-                "bootstrap_port": list(self.bootstrap_ports), "python": self.python}  # fmt: skip
+        return {
+            "host": self.host,
+            "port": self.port,
+            "metrics_port": self.metrics_port,
+            "prefill_url": list(self.prefill_urls),
+            "decode_url": list(self.decode_urls),
+            "bootstrap_port": list(self.bootstrap_ports),
+            "python": self.python,
+        }
 
     def lists(self) -> dict[str, list[str]]:
         return {name: [str(v) for v in getattr(self, name)] for name in LISTS}
@@ -104,10 +119,17 @@ class WorkerValues:
 
     def scalars(self) -> dict[str, Any]:
         own = {} if self.bootstrap_port is None else {"bootstrap_port": self.bootstrap_port}
-        return {"host": self.host, "port": self.port, "metrics_port": self.port,
-                "name": self.name, "role": self.role, "python": self.python,
-                "prefill_bootstrap_port": list(self.prefill_bootstrap_ports),
-                "prefill_bootstrap": list(self.prefill_bootstraps), **own}  # fmt: skip
+        return {
+            "host": self.host,
+            "port": self.port,
+            "metrics_port": self.port,
+            "name": self.name,
+            "role": self.role,
+            "python": self.python,
+            "prefill_bootstrap_port": list(self.prefill_bootstrap_ports),
+            "prefill_bootstrap": list(self.prefill_bootstraps),
+            **own,
+        }
 
     def lists(self) -> dict[str, list[str]]:
         return {"stub_args": list(self.stub_args)}
@@ -122,8 +144,9 @@ def _whole(arg: str) -> str:
     return arg[1:-1] if arg.startswith("{") and arg.endswith("}") else ""
 
 
-def check_template(template: Sequence[str], placeholders: Placeholders = ROUTER_PLACEHOLDERS,
-                   what: str = "router") -> None:  # fmt: skip
+def check_template(
+    template: Sequence[str], placeholders: Placeholders = ROUTER_PLACEHOLDERS, what: str = "router"
+) -> None:
     """Refuse unknown placeholders before anything starts (the error lists the known ones)."""
     for arg in template:
         if _whole(arg) in placeholders.lists:
@@ -131,9 +154,11 @@ def check_template(template: Sequence[str], placeholders: Placeholders = ROUTER_
         try:
             parsed = list(string.Formatter().parse(arg.replace(EACH_PREFILL, "[0]")))
         except ValueError as exc:
-            raise ConfigError(f"A malformed argument in the {what} command template",
-                              facts={"argument": arg, "error": str(exc)},
-                              fix="write {{ and }} for literal braces") from exc  # fmt: skip
+            raise ConfigError(
+                f"A malformed argument in the {what} command template",
+                facts={"argument": arg, "error": str(exc)},
+                fix="write {{ and }} for literal braces",
+            ) from exc
         for _, field, _, _ in parsed:
             if field is None:
                 continue
@@ -157,8 +182,13 @@ def _expand(template: Sequence[str], each: int) -> list[str]:
     return args
 
 
-def render(template: Sequence[str], scalars: Mapping[str, Any], lists: Mapping[str, list[str]],
-           what: str, each: int = 0) -> list[str]:  # fmt: skip
+def render(
+    template: Sequence[str],
+    scalars: Mapping[str, Any],
+    lists: Mapping[str, list[str]],
+    what: str,
+    each: int = 0,
+) -> list[str]:
     """The argv of a checked template: list placeholders expanded, the rest formatted."""
     argv: list[str] = []
     for arg in _expand(template, each):

@@ -100,11 +100,13 @@ def wait_ready(
                 if code is not None:
                     raise ComponentStartError(
                         f"{name} exited during start-up with exit code {code}",
-                        facts={"command": " ".join(component.argv),
-                               "log": runtime.log_path(name) or "(none)"},
+                        facts={
+                            "command": " ".join(component.argv),
+                            "log": runtime.log_path(name) or "(none)",
+                        },
                         log_tail=runtime.logs(name, tail=25),
                         fix=f"read the log tail above; run the command by hand to see {name} fail",
-                    )  # fmt: skip
+                    )
                 try:
                     response = client.get(component.ready_url)
                 except httpx.HTTPError as exc:
@@ -112,11 +114,13 @@ def wait_ready(
                     if runtime.state(name) == "absent":  # e.g. a session closed under the wait
                         raise ComponentStartError(
                             f"{name} is gone before it was ready: its runtime no longer runs it",
-                            facts={"command": " ".join(component.argv),
-                                   "last answer": last_error[name]},
+                            facts={
+                                "command": " ".join(component.argv),
+                                "last answer": last_error[name],
+                            },
                             fix="nothing, if its session or topology was being closed; else "
                             "something stopped it from outside pytest-wedge",
-                        ) from None  # fmt: skip
+                        ) from None
                     continue
                 if response.is_success:
                     del pending[name]
@@ -126,8 +130,13 @@ def wait_ready(
 
         # A stub or Toxiproxy answers within tens of milliseconds of its start: looks at
         # 2, 4, 8... ms see it within a few of that, where a fixed 20 ms added 10 on average.
-        polled = poll(all_ready, timeout_s=timeout_s, interval_s=poll_s, clock=clock,
-                      first_interval_s=FIRST_POLL_S)  # fmt: skip
+        polled = poll(
+            all_ready,
+            timeout_s=timeout_s,
+            interval_s=poll_s,
+            clock=clock,
+            first_interval_s=FIRST_POLL_S,
+        )
     if polled.met:
         return polled.elapsed_s
     name, component = next(iter(pending.items()))
@@ -135,14 +144,14 @@ def wait_ready(
         f"{', '.join(pending)} not ready after {timeout_s:.1f} s",
         facts={
             "checked": ", ".join(c.ready_url for c in pending.values()),
-            "last answer": "; ".join(f"{n}: {e}" for n, e in last_error.items()
-                                     if n in pending) or "none",
+            "last answer": "; ".join(f"{n}: {e}" for n, e in last_error.items() if n in pending)
+            or "none",
             "command": " ".join(component.argv),
         },
         log_tail=runtime.logs(name, tail=25),
         fix="read the log tail; a router stays not-ready until a prefill and a decode "
         "worker register, so check the workers' logs too",
-    )  # fmt: skip
+    )
 
 
 def _status(pid: int) -> str:

@@ -51,10 +51,15 @@ LABEL_COMPONENT = "pytest-wedge.component"
 # Owner PIDs mean something only in the PID namespace (and boot) that wrote them.
 LABEL_PIDNS = "pytest-wedge.pidns"
 __all__ = ["DockerRuntime", "NoDockerDaemon", "connect"]
-_STATES: dict[str, ComponentState] = {"running": "running", "created": "running",
-                                      "restarting": "running", "paused": "paused",
-                                      "exited": "exited", "dead": "exited",
-                                      "removing": "exited"}  # fmt: skip
+_STATES: dict[str, ComponentState] = {
+    "running": "running",
+    "created": "running",
+    "restarting": "running",
+    "paused": "paused",
+    "exited": "exited",
+    "dead": "exited",
+    "removing": "exited",
+}
 
 
 def pid_namespace() -> str:
@@ -122,8 +127,13 @@ class DockerRuntime(LogFiles):
         self._remove(name)
         with open(self.logs_dir / f"{name}.log", "ab") as log:
             log.write(f"--- start ({self.image}): {' '.join(component.argv)}\n".encode())
-        env = {**dict(component.env), SESSION_ENV: self.session_id, OWNER_ENV: self._owner,
-               "PYTHONUNBUFFERED": "1", **package_path()}  # fmt: skip
+        env = {
+            **dict(component.env),
+            SESSION_ENV: self.session_id,
+            OWNER_ENV: self._owner,
+            "PYTHONUNBUFFERED": "1",
+            **package_path(),
+        }
         try:
             container = self._client.containers.create(
                 self.image,
@@ -148,8 +158,9 @@ class DockerRuntime(LogFiles):
                 fix="'executable file not found' means the program is not in the image: give "
                 "its absolute host path (it is then added), or use --wedge-runtime=process",
             ) from exc
-        follower = threading.Thread(target=self._follow, args=(name, container), daemon=True,
-                                    name=f"wedge-logs-{name}")  # fmt: skip
+        follower = threading.Thread(
+            target=self._follow, args=(name, container), daemon=True, name=f"wedge-logs-{name}"
+        )
         self._followers[name] = follower
         follower.start()
 
@@ -217,17 +228,22 @@ class DockerRuntime(LogFiles):
         except docker.errors.NotFound:
             return  # removed meanwhile
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            if isinstance(exc, docker.errors.APIError) and exc.status_code == 409 and (
-                "is not running" in str(exc)
+            if (
+                isinstance(exc, docker.errors.APIError)
+                and exc.status_code == 409
+                and ("is not running" in str(exc))
             ):
                 return  # exited between our look and the call
             raise ComponentControlError(
                 f"Docker could not {action} {name}",
-                facts={"component": name, "container": getattr(container, "name", "?"),
-                       "docker error": f"{type(exc).__name__}: {exc}"},
+                facts={
+                    "component": name,
+                    "container": getattr(container, "name", "?"),
+                    "docker error": f"{type(exc).__name__}: {exc}",
+                },
                 fix="check the daemon (`docker ps -a`, the dockerd log); until then faults "
                 f"that {action} {name} do not take effect",
-            ) from exc  # fmt: skip
+            ) from exc
 
     def stop(self, name: str) -> None:
         """Graceful stop (SIGTERM, SIGKILL after 2 s; smg alone takes ~5 s to drain)."""

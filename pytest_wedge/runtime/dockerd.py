@@ -98,8 +98,9 @@ def _from_env(timeout_s: float) -> Any:
     import docker
 
     class EngineAPIClient(docker.APIClient):  # type: ignore[misc]
-        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
-                                       cert: Any) -> Any:  # fmt: skip
+        def merge_environment_settings(
+            self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> Any:
             if verify is None and isinstance(self.verify, str):
                 verify = self.verify
             return super().merge_environment_settings(url, proxies, stream, verify, cert)

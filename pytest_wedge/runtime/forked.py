@@ -76,8 +76,7 @@ class ForkedProcess:
 IMPORT_ENV = {"SSL_CERT_FILE": os.devnull, "SSL_CERT_DIR": os.devnull}
 
 # spawn(argv, extra environment, log path, descriptors the child inherits)
-Spawn = Callable[[Sequence[str], Mapping[str, str], Path, Sequence[int]],
-                 "subprocess.Popen[bytes]"]  # fmt: skip
+Spawn = Callable[[Sequence[str], Mapping[str, str], Path, Sequence[int]], "subprocess.Popen[bytes]"]
 
 
 def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket.socket]:
@@ -110,8 +109,9 @@ class ForkServer:
     pipes for the protocol. A reader thread files every answer.
     """
 
-    def __init__(self, python: str, spawn: Spawn, log_path: Path,
-                 listening: Sequence[socket.socket] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, python: str, spawn: Spawn, log_path: Path, listening: Sequence[socket.socket] = ()
+    ) -> None:
         """``listening``: sockets bound to workers' ports, handed to the workers that serve
         them (the caller closes its own copies once the server is spawned)."""
         self.log_path = log_path
@@ -127,8 +127,9 @@ class ForkServer:
         self._early_exits: dict[int, int] = {}
         self._gone = False  # its output ended: no request can be answered any more
         self._guard = threading.Lock()
-        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,),
-                                        name="wedge-forkserver-reader", daemon=True)  # fmt: skip
+        self._reader = threading.Thread(
+            target=self._read, args=(self.proc.stdout,), name="wedge-forkserver-reader", daemon=True
+        )
         self._reader.start()
 
     @property
@@ -141,8 +142,9 @@ class ForkServer:
         with self._guard:
             return not self._workers and not self._replies
 
-    def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path,
-             name: str) -> ForkedProcess:  # fmt: skip
+    def fork(
+        self, args: Sequence[str], env: Mapping[str, str], log_path: Path, name: str
+    ) -> ForkedProcess:
         """Fork one worker running the stub with ``args``; returns once it has a PID."""
         reply: Future[int] = Future()
         with self._guard:
@@ -151,8 +153,13 @@ class ForkServer:
             self._next_id += 1
             request_id = self._next_id
             self._replies[request_id] = reply
-        request = {"id": request_id, "args": list(args), "env": dict(env),
-                   "cwd": os.getcwd(), "log": str(log_path)}  # fmt: skip
+        request = {
+            "id": request_id,
+            "args": list(args),
+            "env": dict(env),
+            "cwd": os.getcwd(),
+            "log": str(log_path),
+        }
         try:
             with self._write_lock:
                 self._stdin.write((json.dumps(request) + "\n").encode())
@@ -169,13 +176,15 @@ class ForkServer:
     def _failed(self, name: str, exc: BaseException) -> ComponentStartError:
         return ComponentStartError(
             f"Cannot start {name}: the stub fork server did not fork it",
-            facts={"error": f"{type(exc).__name__}: {exc}",
-                   "fork server": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
-                   "log": str(self.log_path)},
+            facts={
+                "error": f"{type(exc).__name__}: {exc}",
+                "fork server": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
+                "log": str(self.log_path),
+            },
             log_tail=_tail(self.log_path),
             fix="read the fork server's log tail; `python -m pytest_wedge.stubs --help` shows "
             "whether the stub modules import in this environment",
-        )  # fmt: skip
+        )
 
     def _read(self, stdout: IO[bytes]) -> None:
         for line in stdout:

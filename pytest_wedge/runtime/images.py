@@ -131,8 +131,9 @@ def _ldd(files: list[str]) -> set[str]:
     libs: set[str] = set()
     for i in range(0, len(files), 200):
         # ldd exits non-zero when any file is static; its output for the others is still good.
-        out = subprocess.run(["ldd", *files[i : i + 200]], capture_output=True, text=True,
-                             check=False).stdout  # fmt: skip
+        out = subprocess.run(
+            ["ldd", *files[i : i + 200]], capture_output=True, text=True, check=False
+        ).stdout
         for line in out.splitlines():
             token = line.split("=>")[-1].strip().split(" (")[0].strip()
             if token.startswith("/"):
@@ -312,21 +313,35 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
             errors: list[BaseException] = []
             plan.add_libraries()
             try:
-                client.api.import_image(src=_chunks(plan.paths, errors), repository=REPOSITORY,
-                                        tag=digest, changes=_CHANGES, stream_src=True)  # fmt: skip
+                client.api.import_image(
+                    src=_chunks(plan.paths, errors),
+                    repository=REPOSITORY,
+                    tag=digest,
+                    changes=_CHANGES,
+                    stream_src=True,
+                )
                 image = client.images.get(tag)
             except (docker.errors.DockerException, OSError) as exc:
                 raise ImageBuildError(
                     "Could not build the offline image with `docker import`",
-                    facts={"tag": tag, "files": len(plan.paths), "error": exc,
-                           "tar writer": errors[0] if errors else "ok"},
+                    facts={
+                        "tag": tag,
+                        "files": len(plan.paths),
+                        "error": exc,
+                        "tar writer": errors[0] if errors else "ok",
+                    },
                     fix="check free space under the daemon's data root and its log "
                     "(make docker-up writes it next to the socket)",
-                ) from exc  # fmt: skip
+                ) from exc
             built = True
             _prune_old(client, keep=tag)
-    info = ImageInfo(tag, built, time.monotonic() - started, int(image.attrs.get("Size", 0)),
-                     frozenset(plan.paths))  # fmt: skip
+    info = ImageInfo(
+        tag,
+        built,
+        time.monotonic() - started,
+        int(image.attrs.get("Size", 0)),
+        frozenset(plan.paths),
+    )
     _cache[key] = info
     return info
 

@@ -123,10 +123,13 @@ class ProcessRuntime(LogFiles):
             if child is not None and child.alive:
                 raise AlreadyRunningError(
                     f"Cannot start {component.name}: it is already running",
-                    facts={"pid": child.proc.pid, "state": self.state(component.name),
-                           "running command": " ".join(child.spec.argv)},
+                    facts={
+                        "pid": child.proc.pid,
+                        "state": self.state(component.name),
+                        "running command": " ".join(child.spec.argv),
+                    },
                     fix=f"call restart({component.name!r}) to replace it, or stop it first",
-                )  # fmt: skip
+                )
             log_path = self.logs_dir / f"{component.name}.log"
             with open(log_path, "ab") as log:
                 log.write(f"--- start: {' '.join(component.argv)}\n".encode())
@@ -180,16 +183,21 @@ class ProcessRuntime(LogFiles):
                 server = self._forkservers[python] = self._start_forkserver(python)
             return server
 
-    def _start_forkserver(self, python: str,
-                          listening: Sequence[socket.socket] = ()) -> ForkServer:  # fmt: skip
+    def _start_forkserver(self, python: str, listening: Sequence[socket.socket] = ()) -> ForkServer:
         # On the spawner thread, as every child: PDEATHSIG follows the thread that forked.
         log_path = self.logs_dir / "stub-forkserver.log"
-        return self._spawner.submit(ForkServer, python, self._popen_piped, log_path,
-                                    listening).result()  # fmt: skip
+        return self._spawner.submit(
+            ForkServer, python, self._popen_piped, log_path, listening
+        ).result()
 
     def _env(self, extra: Mapping[str, str] | Sequence[tuple[str, str]]) -> dict[str, str]:
-        return {**os.environ, **dict(extra), SESSION_ENV: self.session_id,
-                OWNER_ENV: self._owner, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        return {
+            **os.environ,
+            **dict(extra),
+            SESSION_ENV: self.session_id,
+            OWNER_ENV: self._owner,
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def _spawn(self, component: ComponentSpec, log_path: Path) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as log:
@@ -202,12 +210,23 @@ class ProcessRuntime(LogFiles):
                     fix="run `make install` (it installs smg and toxiproxy-server)",
                 ) from exc
 
-    def _popen_piped(self, argv: Sequence[str], extra_env: Mapping[str, str], log_path: Path,
-                     pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:  # fmt: skip
+    def _popen_piped(
+        self,
+        argv: Sequence[str],
+        extra_env: Mapping[str, str],
+        log_path: Path,
+        pass_fds: Sequence[int] = (),
+    ) -> subprocess.Popen[bytes]:
         """A process whose stdin and stdout are our pipes (the fork server's protocol)."""
         with open(log_path, "ab") as log:
-            return self._popen(argv, self._env(extra_env), log, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, pass_fds=pass_fds)  # fmt: skip
+            return self._popen(
+                argv,
+                self._env(extra_env),
+                log,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                pass_fds=pass_fds,
+            )
 
     @staticmethod
     def _popen(
@@ -220,10 +239,16 @@ class ProcessRuntime(LogFiles):
     ) -> subprocess.Popen[bytes]:
         """Its own session (signals reach its group only), death with this runtime's spawner
         thread (it runs on that thread); output to ``log`` unless ``stdout`` is a pipe."""
-        return subprocess.Popen(argv, stdin=stdin, stdout=log if stdout is None else stdout,
-                                stderr=subprocess.STDOUT if stdout is None else log,
-                                env=env, start_new_session=True, pass_fds=tuple(pass_fds),
-                                preexec_fn=_die_with_parent)  # fmt: skip
+        return subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=log if stdout is None else stdout,
+            stderr=subprocess.STDOUT if stdout is None else log,
+            env=env,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+            preexec_fn=_die_with_parent,
+        )
 
     @staticmethod
     def _signal(child: _Child, sig: signal.Signals) -> bool:

@@ -43,12 +43,16 @@ def check_bare_name(name: str, program: str, paths: Collection[str], image: str)
         return
     raise ConfigError(
         f"{name}'s program {program!r} is not in the docker image",
-        facts={"component": name, "image": image, "looked on the image's PATH":
-               ":".join(CONTAINER_PATH), "on this host": _host_path(program)},
+        facts={
+            "component": name,
+            "image": image,
+            "looked on the image's PATH": ":".join(CONTAINER_PATH),
+            "on this host": _host_path(program),
+        },
         fix=f"give {name}'s command its absolute path (a program inside a venv brings the whole "
         "venv into the image), or install it into this environment's venv "
         f"({CONTAINER_PATH[0]}), or use the process runtime",
-    )  # fmt: skip
+    )
 
 
 def _host_path(program: str) -> str:

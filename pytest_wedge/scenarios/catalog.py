@@ -261,8 +261,9 @@ def load_scenario(path: Path) -> Scenario:
     _check_healthy_edge(exp, expect)
     if armed and expect.cleared_within_s is None and expect.quiet is None:
         # A watchdog is checked against a budget; without one it would be silently ignored.
-        raise exp.fail("cleared_within_s", "a budget in seconds, since [[watchdogs]] are armed",
-                       "nothing")  # fmt: skip
+        raise exp.fail(
+            "cleared_within_s", "a budget in seconds, since [[watchdogs]] are armed", "nothing"
+        )
     return Scenario(
         name,
         summary,
@@ -294,14 +295,19 @@ def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:
             raise exp.fail("false_positive", "quiet = false alongside it", "no quiet key")
         return
     if expect.located_at != "none":
-        raise exp.fail("located_at", '"none": a healthy-edge check runs healthy load',
-                       expect.located_at)  # fmt: skip
+        raise exp.fail(
+            "located_at", '"none": a healthy-edge check runs healthy load', expect.located_at
+        )
     if expect.cleared_within_s is not None:
-        raise exp.fail("cleared_within_s", "nothing: healthy load has no wedge to clear",
-                       expect.cleared_within_s)  # fmt: skip
+        raise exp.fail(
+            "cleared_within_s",
+            "nothing: healthy load has no wedge to clear",
+            expect.cleared_within_s,
+        )
     if expect.quiet is False and not expect.false_positive:
-        raise exp.fail("false_positive", "the text the false-positive verdict must contain",
-                       "nothing")  # fmt: skip
+        raise exp.fail(
+            "false_positive", "the text the false-positive verdict must contain", "nothing"
+        )
 
 
 def catalog(directories: Iterable[Path] = ()) -> list[Scenario]:

@@ -24,8 +24,16 @@ from typing import Any
 from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
 from pytest_wedge.scenarios.schema import TableReader
 
-OVERRIDABLE_EXPECT = ("located_at", "cleared_within_s", "clears", "require_recovery",
-                      "nothing_lost", "false_positive", "quiet", "executed_once")  # fmt: skip
+OVERRIDABLE_EXPECT = (
+    "located_at",
+    "cleared_within_s",
+    "clears",
+    "require_recovery",
+    "nothing_lost",
+    "false_positive",
+    "quiet",
+    "executed_once",
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,7 @@ def read_overrides(
     for kind in list(routers.table):
         if kind not in BUILT_IN:
             raise routers.fail(kind, f"a router kind: {', '.join(BUILT_IN)}", kind)
-        table = routers.sub(kind).only("because", "shown_by", "router_args", "watchdogs",
-                                       "expect")  # fmt: skip
+        table = routers.sub(kind).only("because", "shown_by", "router_args", "watchdogs", "expect")
         because = table.take("because", str)
         shown_by = table.take("shown_by", str, expected="the test that shows the difference")
         args = table.take("router_args", list, None)
@@ -60,8 +67,9 @@ def read_overrides(
         overrides = dict(expect.table)
         expect.table.clear()
         table.done()
-        found[kind] = RouterOverride(because, shown_by, None if args is None else tuple(args),
-                                     watchdogs, overrides)  # fmt: skip
+        found[kind] = RouterOverride(
+            because, shown_by, None if args is None else tuple(args), watchdogs, overrides
+        )
     routers.done()
     return found
 

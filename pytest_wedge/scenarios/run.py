@@ -327,9 +327,12 @@ def _finish(wedge: Wedge, scenario: Scenario, harness: Harness | None) -> None:
         harness.stop()
     wedge.stop_loads()
     if expect.settle_within_s is not None:
-        wait_for(lambda: not _in_flight(wedge), timeout_s=expect.settle_within_s,
-                 what="every in-flight counter to return to 0",
-                 describe=lambda: ", ".join(_in_flight(wedge)))  # fmt: skip
+        wait_for(
+            lambda: not _in_flight(wedge),
+            timeout_s=expect.settle_within_s,
+            what="every in-flight counter to return to 0",
+            describe=lambda: ", ".join(_in_flight(wedge)),
+        )
         wedge.faults.revert_all()
     if expect.nothing_lost:
         wedge.assert_nothing_lost(ORIGIN)

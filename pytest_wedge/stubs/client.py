@@ -42,10 +42,9 @@ class StubClient:
         if not response.is_success:
             raise WedgeError(
                 f"{self.name} refused {method} {path}",
-                facts={"status": response.status_code, "answer": response.text[:300],
-                       "sent": json},
+                facts={"status": response.status_code, "answer": response.text[:300], "sent": json},
                 fix="check the fault's parameters against docs/creating-faults.md",
-            )  # fmt: skip
+            )
         return response.json() if response.content else None
 
     def reset(self) -> None:
@@ -72,9 +71,14 @@ class StubClient:
     ) -> dict[str, Any]:
         """Set a decode's preallocation slots and slot policy (``released``,
         ``released_after_timeout`` or ``leaked``); a reset restores its command line's."""
-        body = {k: v for k, v in (("prealloc_slots", prealloc_slots),
-                                  ("slot_on_transfer_failure", slot_on_transfer_failure))
-                if v is not None}  # fmt: skip
+        body = {
+            k: v
+            for k, v in (
+                ("prealloc_slots", prealloc_slots),
+                ("slot_on_transfer_failure", slot_on_transfer_failure),
+            )
+            if v is not None
+        }
         result: dict[str, Any] = self._call("POST", "/control/admission", json=body)
         return result
 

@@ -131,9 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="sglang",
         help="the engine protocol to speak: sglang (default) or vllm",
     )
-    p.add_argument("--ledgerless", action="store_true",
-                   help="switch off the ledger and the control API (/ledger, /control/*): "
-                   "the worker shows only what a real engine shows")  # fmt: skip
+    p.add_argument(
+        "--ledgerless",
+        action="store_true",
+        help="switch off the ledger and the control API (/ledger, /control/*): "
+        "the worker shows only what a real engine shows",
+    )
     return p
 
 

@@ -145,8 +145,12 @@ async def watchdogs(request: web.Request) -> web.Response:
     body = await _body(request)
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="body must be a JSON object")
-    names = ("inflight_pin_s", "transfer_timeout_s", "bootstrap_timeout_s",
-             "bootstrap_no_progress_s")  # fmt: skip
+    names = (
+        "inflight_pin_s",
+        "transfer_timeout_s",
+        "bootstrap_timeout_s",
+        "bootstrap_no_progress_s",
+    )
     if set(body) - set(names):
         raise web.HTTPBadRequest(text=f"unknown watchdog(s); known: {', '.join(names)}")
     engine.set_watchdogs(**{n: _seconds(body, n, getattr(engine, n)) for n in names if n in body})
@@ -190,5 +194,3 @@ def add_control_routes(app: web.Application) -> None:
     r.add_post("/control/reset", reset)
     r.add_post("/control/watchdogs", watchdogs)
     r.add_post("/control/admission", admission)
-
-

@@ -46,8 +46,9 @@ class Engine:
         self.config = config
         self.ledger = Ledger()
         self.slots = SlotPool(config.max_running)
-        self.prealloc = Prealloc(config.prealloc_capacity, config.slot_on_transfer_failure,
-                                 config.prealloc_hold)  # fmt: skip
+        self.prealloc = Prealloc(
+            config.prealloc_capacity, config.slot_on_transfer_failure, config.prealloc_hold
+        )
         self._faults_changed = asyncio.Event()
         self.faults = FaultSet(config.seed, on_change=self._on_faults_changed)
         self.fault_events: deque[dict[str, Any]] = deque(maxlen=200)
@@ -99,9 +100,16 @@ class Engine:
             if state == "aborted":
                 self.counters.aborted += 1
             self.ledger.move(entry, state)
-            log.info("%s %s origin=%s room=%s state=%s tokens=%d%s", self.config.component,
-                     entry.request_id, entry.origin, entry.room, state, entry.tokens,
-                     f" error={error}" if error else "")  # fmt: skip
+            log.info(
+                "%s %s origin=%s room=%s state=%s tokens=%d%s",
+                self.config.component,
+                entry.request_id,
+                entry.origin,
+                entry.room,
+                state,
+                entry.tokens,
+                f" error={error}" if error else "",
+            )
         self.free_slot(entry)
 
     async def take_slot(self, entry: Entry) -> None:
@@ -208,10 +216,21 @@ class Engine:
             setattr(self, name, value)
 
     def _fire(self, watchdog: str, entry: Entry, reason: str) -> None:
-        self.firings.append({"watchdog": watchdog, "at": time.time(),
-                             "request_id": entry.request_id, "room": entry.room})  # fmt: skip
-        log.warning("%s watchdog %s fired for %s room=%s", self.config.component, watchdog,
-                    entry.request_id, entry.room)  # fmt: skip
+        self.firings.append(
+            {
+                "watchdog": watchdog,
+                "at": time.time(),
+                "request_id": entry.request_id,
+                "room": entry.room,
+            }
+        )
+        log.warning(
+            "%s watchdog %s fired for %s room=%s",
+            self.config.component,
+            watchdog,
+            entry.request_id,
+            entry.room,
+        )
         self.release(entry, reason)
 
     def check_watchdogs(self, now: float) -> None:
@@ -223,8 +242,11 @@ class Engine:
             arrived, state = entry.t["arrived"], entry.state
             if pin is not None and state == "inflight" and now - entry.t["kv_ready"] > pin:
                 self._fire("inflight_pin", entry, WATCHDOG_PIN)
-            elif transfer is not None and state in ("prealloc", "transfer") and (
-                now - entry.t.get("transfer_start", arrived) > transfer):  # fmt: skip
+            elif (
+                transfer is not None
+                and state in ("prealloc", "transfer")
+                and (now - entry.t.get("transfer_start", arrived) > transfer)
+            ):
                 self._fire("transfer_timeout", entry, TRANSFER_TIMEOUT)
             elif not self._unbootstrapped(entry):
                 continue
@@ -266,9 +288,12 @@ class Engine:
         self.faults.clear()
         self.apply_capacity()
         cfg = self.config
-        self.set_watchdogs(inflight_pin_s=cfg.inflight_pin_watchdog_s,
-                           transfer_timeout_s=cfg.transfer_timeout_s, bootstrap_timeout_s=None,
-                           bootstrap_no_progress_s=cfg.bootstrap_no_progress_s)  # fmt: skip
+        self.set_watchdogs(
+            inflight_pin_s=cfg.inflight_pin_watchdog_s,
+            transfer_timeout_s=cfg.transfer_timeout_s,
+            bootstrap_timeout_s=None,
+            bootstrap_no_progress_s=cfg.bootstrap_no_progress_s,
+        )
         self.peers.clear()
         for entry in list(self.ledger.active):
             self.release(entry, RESET)
@@ -278,8 +303,7 @@ class Engine:
         while self.ledger.active and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         self.rooms = {k: r for k, r in self.rooms.items() if r.fetchers}
-        self.prealloc.reset(cfg.prealloc_capacity, cfg.slot_on_transfer_failure,
-                            cfg.prealloc_hold)  # fmt: skip
+        self.prealloc.reset(cfg.prealloc_capacity, cfg.slot_on_transfer_failure, cfg.prealloc_hold)
         self.last_decode_progress = 0.0
         self.fault_events.clear()
         self.ledger.clear()

@@ -131,8 +131,9 @@ def _label_value(value: str) -> str:
 def sample_prefix(name: str, labels: Mapping[str, str]) -> str:
     """A sample's line up to its value: labels sorted by name and escaped as
     ``generate_latest`` does (backslash, newline, double quote)."""
-    pairs = ",".join(f'{escape_label_name(k)}="{_label_value(v)}"'
-                     for k, v in sorted(labels.items()))  # fmt: skip
+    pairs = ",".join(
+        f'{escape_label_name(k)}="{_label_value(v)}"' for k, v in sorted(labels.items())
+    )
     return f"{escape_metric_name(name)}{{{pairs}}} " if pairs else f"{escape_metric_name(name)} "
 
 

@@ -94,8 +94,11 @@ async def fail_late(fault: Fault) -> None:
     hand-over, and now answers with the error (after ``delay_ms``)."""
     if fault.delay_ms:
         await asyncio.sleep(fault.delay_ms / 1000.0)
-    raise Failed(fault.status, fault.message, detail=f"error_status fault {fault.name}: "
-                 f"{fault.status} after the KV hand-over")  # fmt: skip
+    raise Failed(
+        fault.status,
+        fault.message,
+        detail=f"error_status fault {fault.name}: {fault.status} after the KV hand-over",
+    )
 
 
 async def admit(engine: Engine, entry: Entry, running_state: str) -> None:

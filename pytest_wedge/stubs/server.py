@@ -175,8 +175,9 @@ def make_app(engine: Engine) -> web.Application:
     return app
 
 
-async def _start(app: web.Application, host: str, port: int,
-                 inherited: dict[int, int]) -> web.AppRunner:  # fmt: skip
+async def _start(
+    app: web.Application, host: str, port: int, inherited: dict[int, int]
+) -> web.AppRunner:
     # handler_cancellation: a client that goes away must cancel the request, as it aborts in SGLang.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.2)
     await runner.setup()
@@ -193,8 +194,11 @@ async def serve(config: StubConfig) -> None:
     inherited = parse_listen_fds(os.environ.pop(LISTEN_FDS_ENV, ""))
     runners = [await _start(make_app(engine), config.host, config.port, inherited)]
     if config.role == "prefill" and config.bootstrap_port:
-        runners.append(await _start(prefill.bootstrap_app(engine), config.host,
-                                    config.bootstrap_port, inherited))  # fmt: skip
+        runners.append(
+            await _start(
+                prefill.bootstrap_app(engine), config.host, config.bootstrap_port, inherited
+            )
+        )
     for fd in inherited.values():  # bound for a port this worker does not serve
         os.close(fd)
     engine.start()

@@ -57,8 +57,9 @@ def apply_kv_params(info: RequestInfo, body: Mapping[str, Any], role: str) -> Re
         info = dataclasses.replace(info, max_tokens=max(0, top))
     if role == "prefill":
         # The router always asks for a JSON answer it can read the handle from.
-        return dataclasses.replace(info, stream=False, room=secrets.randbits(63),
-                                   bootstrap_addr=None)  # fmt: skip
+        return dataclasses.replace(
+            info, stream=False, room=secrets.randbits(63), bootstrap_addr=None
+        )
     if not params.get("do_remote_prefill"):
         return dataclasses.replace(info, room=None, bootstrap_addr=None)
     room, host = params.get("remote_request_id"), params.get("remote_host")
@@ -89,8 +90,7 @@ async def _hold_kv(engine: Engine, room: Room, entry: Entry) -> None:
     engine's deadline expired it (vLLM's ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``; here the
     bootstrap deadline, ``--bootstrap-timeout-s``)."""
     try:
-        waits = [asyncio.ensure_future(e.wait()) for e in (room.fetched, room.aborted,
-                                                           room.closed)]  # fmt: skip
+        waits = [asyncio.ensure_future(e.wait()) for e in (room.fetched, room.aborted, room.closed)]
         try:
             await until_released(entry, asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED))
         finally:
@@ -172,8 +172,15 @@ async def version(request: web.Request) -> web.Response:
 
 async def models(request: web.Request) -> web.Response:
     cfg = request.app[ENGINE].config
-    model = {"id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm",
-             "root": cfg.model, "parent": None, "max_model_len": cfg.context_length}  # fmt: skip
+    model = {
+        "id": cfg.model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "vllm",
+        "root": cfg.model,
+        "parent": None,
+        "max_model_len": cfg.context_length,
+    }
     return web.json_response({"object": "list", "data": [model]})
 
 

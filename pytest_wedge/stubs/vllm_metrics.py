@@ -30,8 +30,10 @@ from .engine import Engine
 from .exposition import Exposition, header, sample_prefix
 
 LABELS = ("model_name", "engine")
-WAITING_BY_REASON = ("vllm:num_requests_waiting_by_reason",
-                     "Number of requests waiting, by reason.")  # fmt: skip
+WAITING_BY_REASON = (
+    "vllm:num_requests_waiting_by_reason",
+    "Number of requests waiting, by reason.",
+)
 SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
 
 
@@ -50,25 +52,32 @@ def gauges(engine: Engine) -> dict[str, tuple[str, float]]:
     running = led.count("running") if decode else led.count("prefilling")
     return {
         "num_requests_running": ("Number of requests in model execution batches.", running),
-        "num_requests_waiting": ("Number of requests waiting to be processed.",
-                                 capacity + deferred),
-        "kv_cache_usage_perc": ("KV-cache usage. 1 means 100 percent usage.",
-                                min(1.0, engine.used_tokens() / cfg.max_total_tokens)),
-    }  # fmt: skip
+        "num_requests_waiting": (
+            "Number of requests waiting to be processed.",
+            capacity + deferred,
+        ),
+        "kv_cache_usage_perc": (
+            "KV-cache usage. 1 means 100 percent usage.",
+            min(1.0, engine.used_tokens() / cfg.max_total_tokens),
+        ),
+    }
 
 
 def counters(engine: Engine) -> dict[str, tuple[str, float]]:
     c, decode = engine.counters, engine.config.role == "decode"
     return {
         "prompt_tokens": ("Number of prefill tokens processed.", c.prompt_tokens),
-        "generation_tokens": ("Number of generation tokens processed.",
-                              engine.ledger.tokens_total),
+        "generation_tokens": ("Number of generation tokens processed.", engine.ledger.tokens_total),
         "num_preemptions": ("Cumulative number of preemption from the engine.", 0),
-        "nixl_num_failed_transfers": ("Number of failed NIXL KV Cache transfers.",
-                                      c.bootstrap_failed + c.transfer_failed if decode else 0),
-        "nixl_num_kv_expired_reqs": ("Number of requests that had their KV expire.",
-                                     0 if decode else c.bootstrap_failed),
-    }  # fmt: skip
+        "nixl_num_failed_transfers": (
+            "Number of failed NIXL KV Cache transfers.",
+            c.bootstrap_failed + c.transfer_failed if decode else 0,
+        ),
+        "nixl_num_kv_expired_reqs": (
+            "Number of requests that had their KV expire.",
+            0 if decode else c.bootstrap_failed,
+        ),
+    }
 
 
 class VllmCollector(Collector):
@@ -106,22 +115,33 @@ def make_registry(engine: Engine) -> CollectorRegistry:
 def exposition(engine: Engine) -> Exposition:
     """The served text: :class:`VllmCollector`'s, byte for byte, without building families."""
     labels = {"model_name": engine.config.model, "engine": "0"}
-    lines = [header(f"vllm:{name}", doc, "gauge") + sample_prefix(f"vllm:{name}", labels)
-             for name, (doc, _) in gauges(engine).items()]  # fmt: skip
+    lines = [
+        header(f"vllm:{name}", doc, "gauge") + sample_prefix(f"vllm:{name}", labels)
+        for name, (doc, _) in gauges(engine).items()
+    ]
     why = WAITING_BY_REASON[0]
-    lines += [header(*WAITING_BY_REASON, "gauge")
-              + sample_prefix(why, {**labels, "reason": "capacity"}),
-              sample_prefix(why, {**labels, "reason": "deferred"})]  # fmt: skip
-    lines += [header(f"vllm:{name}", doc, "counter") + sample_prefix(f"vllm:{name}_total", labels)
-              for name, (doc, _) in counters(engine).items()]  # fmt: skip
+    lines += [
+        header(*WAITING_BY_REASON, "gauge") + sample_prefix(why, {**labels, "reason": "capacity"}),
+        sample_prefix(why, {**labels, "reason": "deferred"}),
+    ]
+    lines += [
+        header(f"vllm:{name}", doc, "counter") + sample_prefix(f"vllm:{name}_total", labels)
+        for name, (doc, _) in counters(engine).items()
+    ]
     done = SUCCESS[0]
-    lines += [header(*SUCCESS, "counter")
-              + sample_prefix(f"{done}_total", {**labels, "finished_reason": "length"}),
-              sample_prefix(f"{done}_total", {**labels, "finished_reason": "abort"})]  # fmt: skip
+    lines += [
+        header(*SUCCESS, "counter")
+        + sample_prefix(f"{done}_total", {**labels, "finished_reason": "length"}),
+        sample_prefix(f"{done}_total", {**labels, "finished_reason": "abort"}),
+    ]
 
     def values() -> list[float]:
-        return [*(value for _, value in gauges(engine).values()), *waiting(engine),
-                *(value for _, value in counters(engine).values()),
-                engine.ledger.count("ok"), engine.counters.aborted]  # fmt: skip
+        return [
+            *(value for _, value in gauges(engine).values()),
+            *waiting(engine),
+            *(value for _, value in counters(engine).values()),
+            engine.ledger.count("ok"),
+            engine.counters.aborted,
+        ]
 
     return Exposition(lines, values)

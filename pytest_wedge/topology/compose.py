@@ -48,10 +48,14 @@ def plan(spec: TopologySpec, base: int = BASE_PORT) -> tuple[PortPlan, int, dict
 def toxiproxy_config(spec: TopologySpec, base: int = BASE_PORT) -> list[dict[str, Any]]:
     ports, _, listen = plan(spec, base)
     return [
-        {"name": link.proxy_name, "listen": f"{LOOPBACK}:{listen[link.name]}",
-         "upstream": link.upstream, "enabled": True}
+        {
+            "name": link.proxy_name,
+            "listen": f"{LOOPBACK}:{listen[link.name]}",
+            "upstream": link.upstream,
+            "enabled": True,
+        }
         for link in spec.links(ports)
-    ]  # fmt: skip
+    ]
 
 
 def compose_model(spec: TopologySpec, base: int = BASE_PORT) -> dict[str, Any]:
@@ -61,17 +65,23 @@ def compose_model(spec: TopologySpec, base: int = BASE_PORT) -> dict[str, Any]:
             "image": TOXIPROXY_IMAGE,
             "network_mode": "host",
             "init": True,
-            "command": ["-host", LOOPBACK, "-port", str(api), "-config",
-                        "/config/toxiproxy.json", "-proxy-metrics"],
+            "command": [
+                "-host",
+                LOOPBACK,
+                "-port",
+                str(api),
+                "-config",
+                "/config/toxiproxy.json",
+                "-proxy-metrics",
+            ],
             "volumes": ["./toxiproxy.json:/config/toxiproxy.json:ro"],
             "labels": {"pytest-wedge.session": "compose", "pytest-wedge.component": "toxiproxy"},
         }
-    }  # fmt: skip
+    }
     workers = [name for name in spec.component_names if name != "router"]
     for component in render_components(spec, ports, listen, IMAGE_EXECUTABLES):
         # The image has no curl; an exec-form probe in its own Python needs no shell either.
-        probe = (f"import urllib.request; urllib.request.urlopen({component.ready_url!r}, "
-                 "timeout=2)")  # fmt: skip
+        probe = f"import urllib.request; urllib.request.urlopen({component.ready_url!r}, timeout=2)"
         service: dict[str, Any] = {
             "build": {"context": "..", "dockerfile": "compose/Dockerfile"},
             "image": PROJECT_IMAGE,
@@ -79,11 +89,14 @@ def compose_model(spec: TopologySpec, base: int = BASE_PORT) -> dict[str, Any]:
             "init": True,
             "command": list(component.argv),
             "environment": {"PYTEST_WEDGE_SESSION": "compose", **dict(component.env)},
-            "labels": {"pytest-wedge.session": "compose",
-                       "pytest-wedge.component": component.name},
-            "healthcheck": {"test": ["CMD", IMAGE_EXECUTABLES.python, "-c", probe],
-                            "interval": "1s", "timeout": "3s", "retries": 30},
-        }  # fmt: skip
+            "labels": {"pytest-wedge.session": "compose", "pytest-wedge.component": component.name},
+            "healthcheck": {
+                "test": ["CMD", IMAGE_EXECUTABLES.python, "-c", probe],
+                "interval": "1s",
+                "timeout": "3s",
+                "retries": 30,
+            },
+        }
         # Like the runtimes: smg probes workers once at start and then backs off for seconds,
         # so it starts only once they answer.
         after = {"toxiproxy": {"condition": "service_started"}}
@@ -98,8 +111,10 @@ def render(spec: TopologySpec | None = None, base: int = BASE_PORT) -> dict[str,
     """File name (under ``compose/``) to its text."""
     spec = spec or TopologySpec()
     _, api, listen = plan(spec, base)
-    header = (_HEADER + f"# Toxiproxy API: http://{LOOPBACK}:{api}  "
-              f"clients: http://{LOOPBACK}:{listen['client->router']}\n")  # fmt: skip
+    header = (
+        _HEADER + f"# Toxiproxy API: http://{LOOPBACK}:{api}  "
+        f"clients: http://{LOOPBACK}:{listen['client->router']}\n"
+    )
     model = yaml.safe_dump(compose_model(spec, base), sort_keys=False, width=100)
     return {
         "docker-compose.yml": header + model,

@@ -72,17 +72,26 @@ def wedge(
             )
         options = StubOptions(**{name: _stub_value(name, value) for name, value in stub.items()})
     else:
-        raise ConfigError("stub must be StubOptions or a dict", facts={"got": repr(stub)},
-                          fix="write stub={'itl_ms': 5}")  # fmt: skip
+        raise ConfigError(
+            "stub must be StubOptions or a dict",
+            facts={"got": repr(stub)},
+            fix="write stub={'itl_ms': 5}",
+        )
     for name, value in (("prefill", prefill), ("decode", decode)):
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{name} must be an integer", facts={"got": repr(value)},
-                              fix=f"write {name}=1")  # fmt: skip
-    spec = TopologySpec(prefill=prefill, decode=decode, router_args=tuple(router_args),
-                        stub=options, router=router_spec(router),
-                        worker_protocol=worker_protocol,
-                        prefill_worker=worker_spec(prefill_worker, "prefill"),
-                        decode_worker=worker_spec(decode_worker, "decode"))  # fmt: skip
+            raise ConfigError(
+                f"{name} must be an integer", facts={"got": repr(value)}, fix=f"write {name}=1"
+            )
+    spec = TopologySpec(
+        prefill=prefill,
+        decode=decode,
+        router_args=tuple(router_args),
+        stub=options,
+        router=router_spec(router),
+        worker_protocol=worker_protocol,
+        prefill_worker=worker_spec(prefill_worker, "prefill"),
+        decode_worker=worker_spec(decode_worker, "decode"),
+    )
     return MarkerArgs(spec=spec, runtime=runtime)
 
 
@@ -134,22 +143,29 @@ def _stub_value(name: str, value: Any) -> Any:
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         expected, value = "a list of strings", tuple(value) if ok else value
     if not ok:
-        raise ConfigError(f"Bad stub option {name}: expected {expected}, got {value!r}",
-                          fix="see the fields of pytest_wedge.topology.StubOptions")  # fmt: skip
+        raise ConfigError(
+            f"Bad stub option {name}: expected {expected}, got {value!r}",
+            fix="see the fields of pytest_wedge.topology.StubOptions",
+        )
     return value
 
 
 def parse_keywords(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
     """Parse ``wedge(...)``'s arguments; any misuse becomes a ConfigError naming the fix."""
     if args:
-        raise ConfigError("The wedge marker takes keyword arguments only",
-                          facts={"positional": repr(tuple(args))},
-                          fix="write @pytest.mark.wedge(prefill=1, decode=1)")  # fmt: skip
+        raise ConfigError(
+            "The wedge marker takes keyword arguments only",
+            facts={"positional": repr(tuple(args))},
+            fix="write @pytest.mark.wedge(prefill=1, decode=1)",
+        )
     try:
         return wedge(**kwargs)
     except TypeError as exc:
-        raise ConfigError("Bad wedge marker arguments", facts={"error": str(exc)},
-                          fix=f"see the signature: wedge{_signature()}") from exc  # fmt: skip
+        raise ConfigError(
+            "Bad wedge marker arguments",
+            facts={"error": str(exc)},
+            fix=f"see the signature: wedge{_signature()}",
+        ) from exc
 
 
 def _signature() -> str:

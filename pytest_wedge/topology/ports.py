@@ -94,10 +94,12 @@ class PortAllocator:
             _drop(self._taken, chosen)
             raise PortInUseError(
                 f"Could not find {count} free ports below 32768",
-                facts={"range": f"{self._ports.start}-{self._ports.stop - 1}",
-                       "already handed out": len(self._taken)},
+                facts={
+                    "range": f"{self._ports.start}-{self._ports.stop - 1}",
+                    "already handed out": len(self._taken),
+                },
                 fix="free some ports in that range, or run fewer topologies at once",
-            )  # fmt: skip
+            )
 
     def release(self, ports: list[int]) -> None:
         with self._lock:

@@ -46,8 +46,11 @@ def url_router_plan(spec: TopologySpec, plan: PortPlan) -> PortPlan:
         return plan
     metrics = _port(router.metrics_url) if router.metrics_url else 0
     bootstrap = dict(zip(spec.prefill_names, router.bootstrap_ports, strict=True))
-    return PortPlan(http={**plan.http, "router": _port(router.url or "")},
-                    bootstrap=bootstrap, router_metrics=metrics)  # fmt: skip
+    return PortPlan(
+        http={**plan.http, "router": _port(router.url or "")},
+        bootstrap=bootstrap,
+        router_metrics=metrics,
+    )
 
 
 def url_router_listen(spec: TopologySpec) -> dict[str, str]:
@@ -55,10 +58,14 @@ def url_router_listen(spec: TopologySpec) -> dict[str, str]:
     router = spec.router
     if router.managed:
         return {}
-    listen = {f"router->{p}": port for p, port in zip(spec.prefill_names, router.prefill_listen,
-                                                       strict=True)}  # fmt: skip
-    listen |= {f"router->{d}": port for d, port in zip(spec.decode_names, router.decode_listen,
-                                                        strict=True)}  # fmt: skip
+    listen = {
+        f"router->{p}": port
+        for p, port in zip(spec.prefill_names, router.prefill_listen, strict=True)
+    }
+    listen |= {
+        f"router->{d}": port
+        for d, port in zip(spec.decode_names, router.decode_listen, strict=True)
+    }
     return {name: f"{LOOPBACK}:{port}" for name, port in listen.items()}
 
 
@@ -79,9 +86,12 @@ def wait_url_router(http: httpx.Client, router: RouterSpec, url: str, timeout_s:
     if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
         raise ComponentStartError(
             f"The url router at {url} did not become ready in {timeout_s:.0f} s",
-            facts={"readiness": url + path, "last answer": last[0],
-                   "its workers' link ports": f"prefill {router.prefill_listen}, "
-                                              f"decode {router.decode_listen}"},
+            facts={
+                "readiness": url + path,
+                "last answer": last[0],
+                "its workers' link ports": f"prefill {router.prefill_listen}, "
+                f"decode {router.decode_listen}",
+            },
             fix="check that the router was started with --prefill/--decode at those ports "
             "(the proxies listen there and forward to the workers) and that it is running",
-        )  # fmt: skip
+        )

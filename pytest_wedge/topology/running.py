@@ -109,21 +109,27 @@ class Topology:
         count = len(spec.component_names) + spec.prefill + 1
         taken = self._allocator.take(count)
         it = iter(taken)
-        self.plan = url_worker_plan(spec, url_router_plan(spec, PortPlan(
-            http={name: next(it) for name in spec.component_names},
-            bootstrap={p: next(it) for p in spec.prefill_names},
-            router_metrics=next(it),
-        )))  # fmt: skip
+        self.plan = url_worker_plan(
+            spec,
+            url_router_plan(
+                spec,
+                PortPlan(
+                    http={name: next(it) for name in spec.component_names},
+                    bootstrap={p: next(it) for p in spec.prefill_names},
+                    router_metrics=next(it),
+                ),
+            ),
+        )
         # Ports of what runs already (url router, url workers) are taken, by design.
         theirs = {*spec.url_workers, *([] if spec.router.managed else ["router"])}
         warm_up = getattr(self.runtime, "warm_up", None)
         warming = None
         try:
-            check_free({f"{n} http": p for n, p in self.plan.http.items() if n not in theirs}
-                       | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items()
-                          if n not in theirs}
-                       | ({"router metrics": self.plan.router_metrics}
-                          if spec.router.managed else {}))  # fmt: skip
+            check_free(
+                {f"{n} http": p for n, p in self.plan.http.items() if n not in theirs}
+                | {f"{n} bootstrap": p for n, p in self.plan.bootstrap.items() if n not in theirs}
+                | ({"router metrics": self.plan.router_metrics} if spec.router.managed else {})
+            )
             # The stub fork server's imports (a quarter second) overlap the proxies' creation,
             # and the stubs' ports listen from now on (see the router's start below).
             if callable(warm_up):
@@ -133,10 +139,15 @@ class Topology:
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
             fixed = url_router_listen(spec) | url_worker_listen(spec)
             ports = self.toxiproxy.populate(
-                [{"name": proxy, "upstream": link.upstream,
-                  **({"listen": fixed[link.name]} if link.name in fixed else {})}
-                 for proxy, link in links.items()]
-            )  # fmt: skip
+                [
+                    {
+                        "name": proxy,
+                        "upstream": link.upstream,
+                        **({"listen": fixed[link.name]} if link.name in fixed else {}),
+                    }
+                    for proxy, link in links.items()
+                ]
+            )
             for proxy, link in links.items():
                 self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
@@ -151,13 +162,18 @@ class Topology:
             # smg probes its workers once at start and then backs off for seconds. Refused,
             # it must wait for them to answer; when every worker's port already listens, its
             # probes wait in the accept queues instead, so it starts with its workers.
-            early = (router is not None and starts_with_workers(spec.router.kind)
-                     and not spec.url_workers
-                     and all(set(c.ports) <= listening for c in workers))  # fmt: skip
+            early = (
+                router is not None
+                and starts_with_workers(spec.router.kind)
+                and not spec.url_workers
+                and all(set(c.ports) <= listening for c in workers)
+            )
             # Independent, so in parallel; every start ends before a failure is raised, so the
             # rollback below never races a start still queued.
-            starts = [self._pool.submit(self.runtime.start, c)
-                      for c in [*workers, *([router] if early and router else [])]]  # fmt: skip
+            starts = [
+                self._pool.submit(self.runtime.start, c)
+                for c in [*workers, *([router] if early and router else [])]
+            ]
             wait(starts)
             for started in starts:
                 started.result()
@@ -278,8 +294,11 @@ class Topology:
             batch = list(group)
             for name in batch:
                 self.runtime.restart(name)  # the kill in it finds nothing left to kill
-            wait_ready(self.runtime, [self.components[n] for n in batch],
-                       timeout_s=max(1.0, deadline - time.monotonic()))  # fmt: skip
+            wait_ready(
+                self.runtime,
+                [self.components[n] for n in batch],
+                timeout_s=max(1.0, deadline - time.monotonic()),
+            )
         return time.monotonic() - started
 
     def check_alive(self) -> list[str]:
@@ -300,9 +319,10 @@ class Topology:
                     "it, or run that role as a stub",
                 ) from None
             raise StubUnavailable(
-                f"{name} is not a pytest-wedge stub", facts={"stubs": ", ".join(self.stubs)},
+                f"{name} is not a pytest-wedge stub",
+                facts={"stubs": ", ".join(self.stubs)},
                 fix="engine faults need a stub worker",
-            ) from None  # fmt: skip
+            ) from None
 
     def pids(self) -> dict[str, int | None]:
         return {name: self.runtime.pid(name) for name in self.components}

@@ -78,8 +78,7 @@ class WedgeSession:
             runtime.start(component)
             # Toxiproxy gets ready (about 30 ms) while the first topology's stub fork server
             # imports, which is what a bring-up waits on: its client waits at its first call.
-            ready = in_background(wait_ready, runtime, [component],
-                                  timeout_s=self.ready_timeout_s)  # fmt: skip
+            ready = in_background(wait_ready, runtime, [component], timeout_s=self.ready_timeout_s)
             self.toxiproxy = ToxiproxyClient(port, ready=ready)
         except BaseException:
             self.close()
@@ -174,4 +173,3 @@ class WedgeSession:
             self.toxiproxy.close()
             self.toxiproxy = None
         self.ports.close()
-

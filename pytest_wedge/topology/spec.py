@@ -66,25 +66,39 @@ class StubOptions:
 
     def argv(self) -> list[str]:
         return [
-            "--model", self.model,
-            "--seed", str(self.seed),
-            "--itl-ms", str(self.itl_ms),
-            "--prefill-ms-per-token", str(self.prefill_ms_per_token),
-            "--max-running", str(self.max_running),
-            "--max-queue", str(self.max_queue),
-            "--max-tokens-default", str(self.max_tokens_default),
-            "--inflight-pin-watchdog-s", str(self.inflight_pin_watchdog_s),
-            "--transfer-timeout-s", str(self.transfer_timeout_s),
-            "--bootstrap-timeout-s", str(self.bootstrap_timeout_s),
-            "--prealloc-slots", str(self.prealloc_slots),
-            "--slot-on-transfer-failure", self.slot_on_transfer_failure,
-            "--prealloc-hold", self.prealloc_hold,
-            "--bootstrap-no-progress-s", str(self.bootstrap_no_progress_s),
+            "--model",
+            self.model,
+            "--seed",
+            str(self.seed),
+            "--itl-ms",
+            str(self.itl_ms),
+            "--prefill-ms-per-token",
+            str(self.prefill_ms_per_token),
+            "--max-running",
+            str(self.max_running),
+            "--max-queue",
+            str(self.max_queue),
+            "--max-tokens-default",
+            str(self.max_tokens_default),
+            "--inflight-pin-watchdog-s",
+            str(self.inflight_pin_watchdog_s),
+            "--transfer-timeout-s",
+            str(self.transfer_timeout_s),
+            "--bootstrap-timeout-s",
+            str(self.bootstrap_timeout_s),
+            "--prealloc-slots",
+            str(self.prealloc_slots),
+            "--slot-on-transfer-failure",
+            self.slot_on_transfer_failure,
+            "--prealloc-hold",
+            self.prealloc_hold,
+            "--bootstrap-no-progress-s",
+            str(self.bootstrap_no_progress_s),
             # Only when not the default: the default command lines (and compose) stay as they are.
             *(["--protocol", self.protocol] if self.protocol != "sglang" else []),
             *([] if self.ledger else [LEDGERLESS_FLAG]),
             *self.extra_args,
-        ]  # fmt: skip
+        ]
 
 
 @dataclass(frozen=True)
@@ -240,17 +254,31 @@ def render_components(
             ComponentSpec(
                 name=p,
                 role="prefill",
-                argv=worker_argv(spec.prefill_worker, (
-                    exe.python, "-m", "pytest_wedge.stubs", "--role", "prefill",
-                    "--name", p, "--host", LOOPBACK, "--port", str(ports.http[p]),
-                    "--bootstrap-port", str(ports.bootstrap[p]),
-                    *spec.stub.argv(),
-                ), _worker_values(spec, p, ports, ports.bootstrap[p], (), exe)),
+                argv=worker_argv(
+                    spec.prefill_worker,
+                    (
+                        exe.python,
+                        "-m",
+                        "pytest_wedge.stubs",
+                        "--role",
+                        "prefill",
+                        "--name",
+                        p,
+                        "--host",
+                        LOOPBACK,
+                        "--port",
+                        str(ports.http[p]),
+                        "--bootstrap-port",
+                        str(ports.bootstrap[p]),
+                        *spec.stub.argv(),
+                    ),
+                    _worker_values(spec, p, ports, ports.bootstrap[p], (), exe),
+                ),
                 ready_url=f"http://{LOOPBACK}:{ports.http[p]}{spec.prefill_worker.ready_path}",
                 ports=worker_ports(p, ports),
                 foreign=spec.prefill_worker.foreign,
             )
-        )  # fmt: skip
+        )
     for d in spec.decode_names if spec.decode_worker.managed else []:
         # smg hands every decode the same bootstrap address for a prefill; each decode maps it
         # onto its own link so one pair's KV transfer can be cut and the others' left alone.
@@ -265,16 +293,30 @@ def render_components(
             ComponentSpec(
                 name=d,
                 role="decode",
-                argv=worker_argv(spec.decode_worker, (
-                    exe.python, "-m", "pytest_wedge.stubs", "--role", "decode",
-                    "--name", d, "--host", LOOPBACK, "--port", str(ports.http[d]),
-                    *routes, *spec.stub.argv(),
-                ), _worker_values(spec, d, ports, None, kv_listen, exe)),
+                argv=worker_argv(
+                    spec.decode_worker,
+                    (
+                        exe.python,
+                        "-m",
+                        "pytest_wedge.stubs",
+                        "--role",
+                        "decode",
+                        "--name",
+                        d,
+                        "--host",
+                        LOOPBACK,
+                        "--port",
+                        str(ports.http[d]),
+                        *routes,
+                        *spec.stub.argv(),
+                    ),
+                    _worker_values(spec, d, ports, None, kv_listen, exe),
+                ),
                 ready_url=f"http://{LOOPBACK}:{ports.http[d]}{spec.decode_worker.ready_path}",
                 ports=worker_ports(d, ports),
                 foreign=spec.decode_worker.foreign,
             )
-        )  # fmt: skip
+        )
     router = _router_component(spec, ports, listen, exe)
     if router is not None:
         components.append(router)
@@ -288,17 +330,34 @@ def worker_ports(name: str, ports: PortPlan) -> tuple[int, ...]:
 
 def stub_ports(spec: TopologySpec, ports: PortPlan) -> list[int]:
     """Every port that a stub worker of ``spec`` (not a user's command) listens on."""
-    stubs = [n for n in [*spec.prefill_names, *spec.decode_names]
-             if spec.worker(n).managed and not spec.worker(n).foreign]  # fmt: skip
+    stubs = [
+        n
+        for n in [*spec.prefill_names, *spec.decode_names]
+        if spec.worker(n).managed and not spec.worker(n).foreign
+    ]
     return [port for name in stubs for port in worker_ports(name, ports)]
 
 
-def _worker_values(spec: TopologySpec, name: str, ports: PortPlan, bootstrap: int | None,
-                   kv_listen: tuple[str, ...], exe: Executables) -> WorkerValues:  # fmt: skip
+def _worker_values(
+    spec: TopologySpec,
+    name: str,
+    ports: PortPlan,
+    bootstrap: int | None,
+    kv_listen: tuple[str, ...],
+    exe: Executables,
+) -> WorkerValues:
     """A command worker's placeholder values: its ports and its links' listen sides."""
-    return WorkerValues(LOOPBACK, ports.http[name], name, name.split("-")[0], bootstrap,
-                        tuple(ports.bootstrap[p] for p in spec.prefill_names), kv_listen,
-                        exe.python, tuple(spec.stub.argv()))  # fmt: skip
+    return WorkerValues(
+        LOOPBACK,
+        ports.http[name],
+        name,
+        name.split("-")[0],
+        bootstrap,
+        tuple(ports.bootstrap[p] for p in spec.prefill_names),
+        kv_listen,
+        exe.python,
+        tuple(spec.stub.argv()),
+    )
 
 
 def _router_component(
@@ -313,13 +372,26 @@ def _router_component(
     decode_urls = [f"http://{LOOPBACK}:{listen[f'router->{d}']}" for d in spec.decode_names]
     bootstraps = [ports.bootstrap[p] for p in spec.prefill_names]
     if kind.kind == "command":
-        values = TemplateValues(host, port, ports.router_metrics, tuple(prefill_urls),
-                                tuple(decode_urls), tuple(bootstraps), exe.python)  # fmt: skip
+        values = TemplateValues(
+            host,
+            port,
+            ports.router_metrics,
+            tuple(prefill_urls),
+            tuple(decode_urls),
+            tuple(bootstraps),
+            exe.python,
+        )
         argv = [*render_template(kind.command, values), *spec.router_args]
     else:
-        argv = adapter(kind.kind).argv(exe.router or exe.smg, host, port, ports.router_metrics,
-                                       list(zip(prefill_urls, bootstraps, strict=True)),
-                                       decode_urls, spec.router_args)  # fmt: skip
+        argv = adapter(kind.kind).argv(
+            exe.router or exe.smg,
+            host,
+            port,
+            ports.router_metrics,
+            list(zip(prefill_urls, bootstraps, strict=True)),
+            decode_urls,
+            spec.router_args,
+        )
     ready_path = kind.ready_path or adapter(kind.dialect).ready_path
     return ComponentSpec(
         name="router",

@@ -73,8 +73,14 @@ def binary_version(
 def probe_version(argv: list[str], *, timeout_s: float = 10.0) -> str | None:
     """The first version number ``argv`` prints, or None when it does not run or print one."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     match = _VERSION.search(done.stdout + "\n" + done.stderr)

@@ -143,8 +143,9 @@ class ToxiproxyError(WedgeError):
 class ToxiproxyClient:
     """A client for one Toxiproxy server (safe to have several in one process)."""
 
-    def __init__(self, port: int, host: str = LOOPBACK, *, ready: Future[Any] | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, port: int, host: str = LOOPBACK, *, ready: Future[Any] | None = None
+    ) -> None:
         """``ready``: the server's readiness wait, still running; every call waits for it
         first (and raises its error, if the server never got ready)."""
         self.host, self.port = host, port
@@ -169,8 +170,9 @@ class ToxiproxyClient:
                 fix="check that toxiproxy-server is running (the session starts it)",
             ) from exc
 
-    def _call(self, method: str, path: str, what: str, json: Any = None,
-              missing_ok: bool = False) -> Any:  # fmt: skip
+    def _call(
+        self, method: str, path: str, what: str, json: Any = None, missing_ok: bool = False
+    ) -> Any:
         """One API call; the JSON answer, or None. ``missing_ok``: a 404 is not an error."""
         response = self._send(method, path, what, json)
         if missing_ok and response.status_code == 404:
@@ -179,20 +181,27 @@ class ToxiproxyClient:
             raise self._refused(response, what, json)
         return response.json() if response.content else None
 
-    def _refused(self, response: httpx.Response, what: str, sent: Any,
-                 fix: str | None = None) -> ToxiproxyError:  # fmt: skip
+    def _refused(
+        self, response: httpx.Response, what: str, sent: Any, fix: str | None = None
+    ) -> ToxiproxyError:
         fixes = {
             404: "the topology may have been torn down; faults apply to a running topology",
             409: "a toxic or proxy of that name exists already; each fault instance has its own",
         }
         return ToxiproxyError(
             f"Toxiproxy refused to {what}",
-            facts={"status": response.status_code, "answer": response.text[:300],
-                   "sent": sent, "server": self.base_url},
-            fix=fix or fixes.get(response.status_code,
-                                 "check the proxy and toxic names and attributes against "
-                                 "docs/creating-faults.md"),
-        )  # fmt: skip
+            facts={
+                "status": response.status_code,
+                "answer": response.text[:300],
+                "sent": sent,
+                "server": self.base_url,
+            },
+            fix=fix
+            or fixes.get(
+                response.status_code,
+                "check the proxy and toxic names and attributes against docs/creating-faults.md",
+            ),
+        )
 
     def version(self) -> str:
         return str(self._call("GET", "/version", "report its version")["version"])
@@ -235,22 +244,35 @@ class ToxiproxyClient:
         self._call("DELETE", f"/proxies/{name}", f"delete proxy {name}", missing_ok=True)
 
     def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
-        self._call("POST", f"/proxies/{proxy}/toxics",
-                   f"add toxic {toxic.get('name')} to {proxy}", json=toxic)  # fmt: skip
+        self._call(
+            "POST",
+            f"/proxies/{proxy}/toxics",
+            f"add toxic {toxic.get('name')} to {proxy}",
+            json=toxic,
+        )
 
     def toxics(self, proxy: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", f"/proxies/{proxy}/toxics",
-                                                  f"list the toxics of {proxy}")  # fmt: skip
+        result: list[dict[str, Any]] = self._call(
+            "GET", f"/proxies/{proxy}/toxics", f"list the toxics of {proxy}"
+        )
         return result
 
     def remove_toxic(self, proxy: str, toxic_name: str) -> None:
         """Idempotent: removing a toxic that is gone is not an error."""
-        self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic_name}",
-                   f"remove toxic {toxic_name} from {proxy}", missing_ok=True)  # fmt: skip
+        self._call(
+            "DELETE",
+            f"/proxies/{proxy}/toxics/{toxic_name}",
+            f"remove toxic {toxic_name} from {proxy}",
+            missing_ok=True,
+        )
 
     def set_enabled(self, proxy: str, enabled: bool) -> None:
-        self._call("PATCH", f"/proxies/{proxy}", f"{'enable' if enabled else 'disable'} "
-                   f"proxy {proxy}", json={"enabled": enabled})  # fmt: skip
+        self._call(
+            "PATCH",
+            f"/proxies/{proxy}",
+            f"{'enable' if enabled else 'disable'} proxy {proxy}",
+            json={"enabled": enabled},
+        )
 
     def proxies(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/proxies", "list proxies")
@@ -263,8 +285,9 @@ class ToxiproxyClient:
     def metrics(self) -> str:
         response = self._send("GET", "/metrics", "report metrics")
         if not response.is_success:
-            raise self._refused(response, "report metrics", None,
-                                fix="start toxiproxy-server with -proxy-metrics")
+            raise self._refused(
+                response, "report metrics", None, fix="start toxiproxy-server with -proxy-metrics"
+            )
         return response.text
 
     def close(self) -> None:

@@ -35,16 +35,21 @@ def url_worker_listen(spec: TopologySpec) -> dict[str, str]:
     if worker.managed or not worker.kv_listen:  # a stub decode is told its links' ports
         return listen
     for d, ports in zip(spec.decode_names, worker.kv_listen, strict=True):
-        listen |= {f"{d}->{p}": f"{LOOPBACK}:{port}"
-                   for p, port in zip(spec.prefill_names, ports, strict=True)}  # fmt: skip
+        listen |= {
+            f"{d}->{p}": f"{LOOPBACK}:{port}"
+            for p, port in zip(spec.prefill_names, ports, strict=True)
+        }
     return listen
 
 
-def wait_url_workers(http: httpx.Client, spec: TopologySpec, plan: PortPlan,
-                     timeout_s: float) -> None:  # fmt: skip
+def wait_url_workers(
+    http: httpx.Client, spec: TopologySpec, plan: PortPlan, timeout_s: float
+) -> None:
     """Wait until every url worker answers its readiness path with 200."""
-    pending = {name: f"http://{LOOPBACK}:{plan.http[name]}{spec.worker(name).ready_path}"
-               for name in spec.url_workers}  # fmt: skip
+    pending = {
+        name: f"http://{LOOPBACK}:{plan.http[name]}{spec.worker(name).ready_path}"
+        for name in spec.url_workers
+    }
     last: dict[str, str] = {}
 
     def ready() -> bool:
@@ -62,11 +67,12 @@ def wait_url_workers(http: httpx.Client, spec: TopologySpec, plan: PortPlan,
     if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
         raise ComponentStartError(
             f"The url worker(s) {', '.join(pending)} did not become ready in {timeout_s:.0f} s",
-            facts={name: f"{url}: {last.get(name, 'no answer yet')}"
-                   for name, url in pending.items()},
+            facts={
+                name: f"{url}: {last.get(name, 'no answer yet')}" for name, url in pending.items()
+            },
             fix="check that each worker runs and answers its ready_path at the URL you gave "
             "(pytest-wedge does not start url workers)",
-        )  # fmt: skip
+        )
 
 
 def fixed_listen(spec: TopologySpec) -> set[str]:

@@ -64,22 +64,30 @@ class WorkerSpec:
                 fix="pass {'kind': 'command', 'command': ['my-engine', '--port', '{port}', ...]}",
             )
         if self.kind != "command" and self.command:
-            raise ConfigError(f"command= is only for kind='command' (got kind={self.kind!r})",
-                              fix="drop command=, or set kind='command'")  # fmt: skip
+            raise ConfigError(
+                f"command= is only for kind='command' (got kind={self.kind!r})",
+                fix="drop command=, or set kind='command'",
+            )
         if self.kind == "url":
             bad = [url for url in self.urls if not _port_of(url)]
             if not self.urls or bad:
-                raise ConfigError("A url worker needs urls=['http://127.0.0.1:PORT', ...]",
-                                  facts={"urls": self.urls, "not loopback URLs": bad},
-                                  fix="start your workers on 127.0.0.1 and pass one URL each "
-                                  "(traffic stays on loopback)")  # fmt: skip
+                raise ConfigError(
+                    "A url worker needs urls=['http://127.0.0.1:PORT', ...]",
+                    facts={"urls": self.urls, "not loopback URLs": bad},
+                    fix="start your workers on 127.0.0.1 and pass one URL each "
+                    "(traffic stays on loopback)",
+                )
         elif self.urls or self.bootstrap_ports or self.kv_listen:
-            raise ConfigError(f"urls, bootstrap_ports and kv_listen are only for kind='url' "
-                              f"(got kind={self.kind!r})",
-                              fix="drop them, or set kind='url'")  # fmt: skip
+            raise ConfigError(
+                f"urls, bootstrap_ports and kv_listen are only for kind='url' "
+                f"(got kind={self.kind!r})",
+                fix="drop them, or set kind='url'",
+            )
         if not self.ready_path.startswith("/"):
-            raise ConfigError(f"ready_path must be a path, got {self.ready_path!r}",
-                              fix="write ready_path='/health'")  # fmt: skip
+            raise ConfigError(
+                f"ready_path must be a path, got {self.ready_path!r}",
+                fix="write ready_path='/health'",
+            )
         check_template(self.command, WORKER_PLACEHOLDERS, "worker")
 
     @property
@@ -114,8 +122,13 @@ def check_counts(prefill: WorkerSpec, decode: WorkerSpec, prefills: int, decodes
     named = (len(prefill.urls), len(prefill.bootstrap_ports))
     if prefill.kind == "url" and named != (prefills, prefills):
         wrong |= {"prefill urls": prefill.urls, "prefill bootstrap_ports": prefill.bootstrap_ports}
-    if decode.kind == "url" and (len(decode.urls) != decodes or (decode.kv_listen and (
-        [len(ports) for ports in decode.kv_listen] != [prefills] * decodes))):  # fmt: skip
+    if decode.kind == "url" and (
+        len(decode.urls) != decodes
+        or (
+            decode.kv_listen
+            and ([len(ports) for ports in decode.kv_listen] != [prefills] * decodes)
+        )
+    ):
         wrong |= {"decode urls": decode.urls, "decode kv_listen": decode.kv_listen}
     if wrong:
         raise ConfigError(
@@ -164,11 +177,14 @@ def check_runtime(workers: Sequence[WorkerSpec], runtime: str) -> None:
     if foreign and runtime not in COMMAND_RUNTIMES:
         raise ConfigError(
             f"A command worker cannot run on the {runtime} runtime",
-            facts={"runtime": runtime, "command": " ".join(foreign[0].command),
-                   "runtimes that can": ", ".join(COMMAND_RUNTIMES)},
+            facts={
+                "runtime": runtime,
+                "command": " ".join(foreign[0].command),
+                "runtimes that can": ", ".join(COMMAND_RUNTIMES),
+            },
             fix="run this topology with runtime='process', or use the built-in stub workers "
             "on docker (the offline image holds only pytest-wedge, smg and Toxiproxy)",
-        )  # fmt: skip
+        )
 
 
 def worker_argv(worker: WorkerSpec, stub: tuple[str, ...], values: WorkerValues) -> tuple[str, ...]:

@@ -61,14 +61,23 @@ class ClearCheck:
         return None if self.cleared_at is None else self.cleared_at - self.onset
 
     def to_json(self) -> dict[str, Any]:
-        return {"origin": self.origin, "budget_s": self.within_s, "onset": self.onset,
-                "cleared_at": self.cleared_at, "time_to_clear_s": self.time_to_clear_s,
-                "watchdogs": self.watchdog_rows}  # fmt: skip
+        return {
+            "origin": self.origin,
+            "budget_s": self.within_s,
+            "onset": self.onset,
+            "cleared_at": self.cleared_at,
+            "time_to_clear_s": self.time_to_clear_s,
+            "watchdogs": self.watchdog_rows,
+        }
 
 
 def _probe_succeeds(wedge: Scene, origin: str, timeout_s: float) -> bool:
-    body = {"model": wedge.topology.spec.stub.model, "max_tokens": 2, "user": f"{origin}-probe",
-            "messages": [{"role": "user", "content": "are you back?"}]}  # fmt: skip
+    body = {
+        "model": wedge.topology.spec.stub.model,
+        "max_tokens": 2,
+        "user": f"{origin}-probe",
+        "messages": [{"role": "user", "content": "are you back?"}],
+    }
     headers = {"x-request-id-origin": f"{origin}-probe"}
     try:
         response = wedge.topology.http.post(
@@ -92,14 +101,16 @@ def _first_sent(wedge: Scene, origin: str, since: float) -> float | None:
     return min((t for t in sent if t >= since), default=None)
 
 
-def _onset(wedge: ClearScene, origin: str, entered: float, within_s: float,
-           poll_s: float) -> float:  # fmt: skip
+def _onset(wedge: ClearScene, origin: str, entered: float, within_s: float, poll_s: float) -> float:
     """The later of the first fault applied inside the block (else its start) and the first
     ``origin`` request sent inside it; waited for no longer than the budget from the fault."""
     started = [w.started for w in wedge.faults.windows if w.started >= entered]
     fault_at = min(started, default=entered)
-    sent = poll(lambda: _first_sent(wedge, origin, entered),
-                timeout_s=fault_at + within_s - time.time(), interval_s=poll_s)  # fmt: skip
+    sent = poll(
+        lambda: _first_sent(wedge, origin, entered),
+        timeout_s=fault_at + within_s - time.time(),
+        interval_s=poll_s,
+    )
     return fault_at if sent.value is None else max(fault_at, sent.value)
 
 

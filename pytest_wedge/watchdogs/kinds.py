@@ -100,18 +100,25 @@ class RouterFlag(Watchdog):
 def RequestTimeout(seconds: float) -> RouterFlag:
     """smg's ``--request-timeout-secs``: a hard total cap per upstream call (it also cuts
     healthy streams longer than N). Fires when the router counts timeouts or transport errors."""
-    return RouterFlag("--request-timeout-secs", seconds, counters=(
-        ("smg_worker_errors_total", {"error_type": "timeout"}),
-        ("smg_worker_retries_exhausted_total", {}),
-    ), harms=f"cuts healthy streams longer than {seconds:g} s")  # fmt: skip
+    return RouterFlag(
+        "--request-timeout-secs",
+        seconds,
+        counters=(
+            ("smg_worker_errors_total", {"error_type": "timeout"}),
+            ("smg_worker_retries_exhausted_total", {}),
+        ),
+        harms=f"cuts healthy streams longer than {seconds:g} s",
+    )
 
 
 def StreamBodyStallTimeout(seconds: float) -> RouterFlag:
     """smg's ``--stream-body-stall-timeout-secs``: bounds a *client's upload* only, so it
     never clears a stalled decode. Fires when the router answers 408 request_body_stalled."""
-    return RouterFlag("--stream-body-stall-timeout-secs", seconds, counters=(
-        ("smg_http_responses_total", {"error_code": "request_body_stalled"}),
-    ))  # fmt: skip
+    return RouterFlag(
+        "--stream-body-stall-timeout-secs",
+        seconds,
+        counters=(("smg_http_responses_total", {"error_code": "request_body_stalled"}),),
+    )
 
 
 @dataclass
@@ -183,13 +190,16 @@ class CallableWatchdog(Watchdog):
         self._fired = []
         self.errors = []
         self._thread = threading.Thread(
-            target=self._loop, args=(scene, self._stop, self._fired, self.errors),
-            daemon=True, name=f"wedge-{self.label}",
-        )  # fmt: skip
+            target=self._loop,
+            args=(scene, self._stop, self._fired, self.errors),
+            daemon=True,
+            name=f"wedge-{self.label}",
+        )
         self._thread.start()
 
-    def _loop(self, scene: Scene, stop: threading.Event, fired: list[Firing],
-              errors: list[str]) -> None:  # fmt: skip
+    def _loop(
+        self, scene: Scene, stop: threading.Event, fired: list[Firing], errors: list[str]
+    ) -> None:
         while not stop.wait(self.interval_s):
             try:
                 action = self.check(scene)
@@ -238,7 +248,13 @@ def watchdog_report(scene: Scene, watchdogs: Sequence[Watchdog]) -> list[dict[st
         except Exception as exc:
             rows.append({"watchdog": dog.describe(), "fired": None, "error": str(exc)})
             continue
-        rows.append({"watchdog": dog.describe(), "fired": bool(fired),
-                     "first_at": fired[0].at if fired else None, "count": len(fired),
-                     "detail": fired[0].detail if fired else ""})  # fmt: skip
+        rows.append(
+            {
+                "watchdog": dog.describe(),
+                "fired": bool(fired),
+                "first_at": fired[0].at if fired else None,
+                "count": len(fired),
+                "detail": fired[0].detail if fired else "",
+            }
+        )
     return rows

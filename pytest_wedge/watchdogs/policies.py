@@ -32,8 +32,9 @@ def _wedged_now(scene: ActiveScene, origin: str, overdue_after_s: float) -> bool
     return bool(wedged(records, time.time(), overdue_after_s, WINDOW_S, None).wedged)
 
 
-def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float = 1.0
-                                 ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+def co_restart_on_transfer_wedge(
+    origin: str = "harness", overdue_after_s: float = 1.0
+) -> Callable[[ActiveScene], str | None]:
     """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
     wedged, co-restart that PD pair (the operating rule of incident 2).
 
@@ -46,8 +47,9 @@ def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float
     def check(scene: ActiveScene) -> str | None:
         if not _wedged_now(scene, origin, overdue_after_s):
             return None
-        diagnosis = diagnose(scene, origin=origin, overdue_after_s=overdue_after_s,
-                             window_s=WINDOW_S, oracle=False)  # fmt: skip
+        diagnosis = diagnose(
+            scene, origin=origin, overdue_after_s=overdue_after_s, window_s=WINDOW_S, oracle=False
+        )
         if "->prefill-" not in diagnosis.location or diagnosis.location.startswith("router"):
             return None
         decode = diagnosis.location.split("->")[0]
@@ -57,14 +59,19 @@ def co_restart_on_transfer_wedge(origin: str = "harness", overdue_after_s: float
     return check
 
 
-def CoRestartWatchdog(origin: str = "harness", overdue_after_s: float = 1.0,
-                      interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
-    return CallableWatchdog(co_restart_on_transfer_wedge(origin, overdue_after_s), interval_s,
-                            label="co-restart PD pair on transfer wedge")  # fmt: skip
+def CoRestartWatchdog(
+    origin: str = "harness", overdue_after_s: float = 1.0, interval_s: float = 0.2
+) -> CallableWatchdog:
+    return CallableWatchdog(
+        co_restart_on_transfer_wedge(origin, overdue_after_s),
+        interval_s,
+        label="co-restart PD pair on transfer wedge",
+    )
 
 
-def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
-                               ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+def aggregate_throughput_check(
+    component: str = "decode-0", idle_s: float = 1.0
+) -> Callable[[ActiveScene], str | None]:
     """A *misleading* watchdog (incident 9): restart the router once ``component``'s aggregate
     tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
     so it never fires on a wedge that only the harness suffers."""
@@ -76,7 +83,8 @@ def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
         # sglang:generation_tokens_total, vLLM's vllm:generation_tokens_total): aggregate
         # throughput is above zero while it grows between two checks.
         tokens = parse_engine_metrics(scene.topology.stub(component).metrics()).get(
-            "generation_tokens", 0.0)
+            "generation_tokens", 0.0
+        )
         before, last_tokens[0] = last_tokens[0], tokens
         if before is None or tokens > before:
             idle_since[0] = None
@@ -92,14 +100,20 @@ def aggregate_throughput_check(component: str = "decode-0", idle_s: float = 1.0
     return check
 
 
-def AggregateThroughputWatchdog(component: str = "decode-0", idle_s: float = 1.0,
-                                interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
-    return CallableWatchdog(aggregate_throughput_check(component, idle_s), interval_s,
-                            label=f"restart router when {component} tok/s == 0")  # fmt: skip
+def AggregateThroughputWatchdog(
+    component: str = "decode-0", idle_s: float = 1.0, interval_s: float = 0.2
+) -> CallableWatchdog:
+    return CallableWatchdog(
+        aggregate_throughput_check(component, idle_s),
+        interval_s,
+        label=f"restart router when {component} tok/s == 0",
+    )
 
 
-def no_progress_check(origin: str = "harness", idle_s: float = 2.0,
-                      ) -> Callable[[ActiveScene], str | None]:  # fmt: skip
+def no_progress_check(
+    origin: str = "harness",
+    idle_s: float = 2.0,
+) -> Callable[[ActiveScene], str | None]:
     """A no-progress watchdog, as a harness or a gateway keeps one: it fires when a request of
     ``origin`` that left the client has received nothing new (no head, no data; SSE keep-alive
     comments prove a live socket, not progress) for ``idle_s``. Unlike a total-time cap, a
@@ -108,19 +122,26 @@ def no_progress_check(origin: str = "harness", idle_s: float = 2.0,
     def check(scene: ActiveScene) -> str | None:
         now = time.time()
         idle = [
-            r for r in scene.ledger.by_origin(origin).pending()
+            r
+            for r in scene.ledger.by_origin(origin).pending()
             if r.sent is not None
             and now - max(r.sent, r.first_byte or 0.0, r.last_byte or 0.0) >= idle_s
-        ]  # fmt: skip
+        ]
         if not idle:
             return None
-        return (f"{len(idle)} {origin} requests without progress for {idle_s:g} s "
-                f"(e.g. {idle[0].request_id})")  # fmt: skip
+        return (
+            f"{len(idle)} {origin} requests without progress for {idle_s:g} s "
+            f"(e.g. {idle[0].request_id})"
+        )
 
     return check
 
 
-def NoProgressWatchdog(origin: str = "harness", idle_s: float = 2.0,
-                       interval_s: float = 0.2) -> CallableWatchdog:  # fmt: skip
-    return CallableWatchdog(no_progress_check(origin, idle_s), interval_s,
-                            label=f"no progress for {idle_s:g} s ({origin})")  # fmt: skip
+def NoProgressWatchdog(
+    origin: str = "harness", idle_s: float = 2.0, interval_s: float = 0.2
+) -> CallableWatchdog:
+    return CallableWatchdog(
+        no_progress_check(origin, idle_s),
+        interval_s,
+        label=f"no progress for {idle_s:g} s ({origin})",
+    )

@@ -48,9 +48,15 @@ class QuietCheck:
         return [str(row["watchdog"]) for row in self.watchdog_rows if row.get("fired")]
 
     def to_json(self) -> dict[str, Any]:
-        return {"origin": self.origin, "budget_s": self.within_s, "fired": self.fired,
-                "harmed": [r.request_id for r in self.harmed], "healthy": self.healthy,
-                "router_retries": self.router_retries, "watchdogs": self.watchdog_rows}  # fmt: skip
+        return {
+            "origin": self.origin,
+            "budget_s": self.within_s,
+            "fired": self.fired,
+            "harmed": [r.request_id for r in self.harmed],
+            "healthy": self.healthy,
+            "router_retries": self.router_retries,
+            "watchdogs": self.watchdog_rows,
+        }
 
 
 def _router_retries(scene: Scene) -> float:
@@ -72,9 +78,15 @@ def _describe(record: RequestRecord) -> str:
 def _verdict(check: QuietCheck, watchdogs: Sequence[Watchdog]) -> FalsePositiveError:
     harms = [dog.harms for dog in watchdogs if dog.describe() in check.fired and dog.harms]
     culprits = ", ".join(check.fired) or "no armed watchdog"
-    headline = f"false positive: {culprits} " + ("; ".join(harms) if harms else (
-        f"hit healthy {check.origin} work" if check.fired else
-        f"fired, yet healthy {check.origin} requests were cut, errored or retried"))
+    headline = f"false positive: {culprits} " + (
+        "; ".join(harms)
+        if harms
+        else (
+            f"hit healthy {check.origin} work"
+            if check.fired
+            else f"fired, yet healthy {check.origin} requests were cut, errored or retried"
+        )
+    )
     facts: dict[str, object] = {
         "healthy requests": f"{check.healthy} {check.origin} requests started in the check",
         "cut or errored": f"{len(check.harmed)}"
@@ -83,7 +95,8 @@ def _verdict(check: QuietCheck, watchdogs: Sequence[Watchdog]) -> FalsePositiveE
         "watchdogs": "; ".join(
             f"{row['watchdog']}: {'fired' if row.get('fired') else 'quiet'}"
             for row in check.watchdog_rows
-        ) or "none armed",
+        )
+        or "none armed",
     }
     if not check.finished:
         facts["unfinished"] = f"the healthy load did not finish within {check.within_s:g} s"

@@ -240,10 +240,12 @@ def test_a_bad_stub_option_in_a_marker_fails_that_test_at_setup_naming_it(
     """)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", timeout=60)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([
-        "*::test_typo: bad @pytest.mark.wedge",
-        "*Bad stub option itl_ms: expected a number*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_typo: bad @pytest.mark.wedge",
+            "*Bad stub option itl_ms: expected a number*",
+        ]
+    )
     assert_no_crash(result.stdout.str() + result.stderr.str())
 
 

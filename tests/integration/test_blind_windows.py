@@ -27,8 +27,11 @@ def breakers_open(wedge: Wedge) -> bool:
 
 
 def refused_since(wedge: Wedge, since: float) -> int:
-    return sum(1 for r in wedge.ledger.by_origin("harness")
-               if (r.finished or 0.0) >= since and "no_available_workers" in (r.error or ""))
+    return sum(
+        1
+        for r in wedge.ledger.by_origin("harness")
+        if (r.finished or 0.0) >= since and "no_available_workers" in (r.error or "")
+    )
 
 
 def test_both_breakers_open_after_prefill_500s_is_the_router(wedge: Wedge) -> None:
@@ -39,11 +42,17 @@ def test_both_breakers_open_after_prefill_500s_is_the_router(wedge: Wedge) -> No
     reverted = time.time()
     # The window's counters start from the probe's newest sample at its start: one taken after
     # the revert, so the failures that opened the breakers fall before the window.
-    wait_for(lambda: (s := wedge.probe.latest_slow()) is not None and s.taken_at > reverted,
-             timeout_s=10, what="a probe sample after the revert")  # fmt: skip
+    wait_for(
+        lambda: (s := wedge.probe.latest_slow()) is not None and s.taken_at > reverted,
+        timeout_s=10,
+        what="a probe sample after the revert",
+    )
     since = time.time()
-    wait_for(lambda: refused_since(wedge, since) >= 10, timeout_s=20,
-             what="requests refused after the prefill recovered")  # fmt: skip
+    wait_for(
+        lambda: refused_since(wedge, since) >= 10,
+        timeout_s=20,
+        what="requests refused after the prefill recovered",
+    )
     diagnosis = diagnose(wedge, origin="harness", since=since)
     assert diagnosis.location == "router", diagnosis.render()
     # Certain: nothing failed in this window, the breakers were open before it. (Had the
@@ -62,19 +71,34 @@ def test_back_to_back_windows_are_each_located_at_their_own_hop(wedge: Wedge) ->
     # Window 1: the front link is down; requests fail fast with refused connections.
     down = wedge.apply(Down(target="client->router"))
     first = time.time()
-    wait_for(lambda: sum(1 for r in wedge.ledger.by_origin("harness")
-                         if r.state == "error" and (r.finished or 0) >= first) >= 40,
-             timeout_s=15, what="40 fast failures in the first window")  # fmt: skip
+    wait_for(
+        lambda: (
+            sum(
+                1
+                for r in wedge.ledger.by_origin("harness")
+                if r.state == "error" and (r.finished or 0) >= first
+            )
+            >= 40
+        ),
+        timeout_s=15,
+        what="40 fast failures in the first window",
+    )
     diagnosis = diagnose(wedge, origin="harness", since=first)
     assert diagnosis.location == "client->router", diagnosis.render()
     # Window 2: the front is back, and a black hole on the KV link strands what is sent now.
     wedge.revert(down)
     wedge.apply(Timeout(target="decode-0->prefill-0", timeout_ms=0))
     second = time.time()
-    wait_for(lambda: len(wedge.ledger.by_origin("harness").overdue(1.0)) >= 15, timeout_s=15,
-             what="requests stuck in the second window")  # fmt: skip
-    failed_before = sum(1 for r in wedge.ledger.by_origin("harness")
-                        if r.state == "error" and first <= (r.finished or 0) < second)
+    wait_for(
+        lambda: len(wedge.ledger.by_origin("harness").overdue(1.0)) >= 15,
+        timeout_s=15,
+        what="requests stuck in the second window",
+    )
+    failed_before = sum(
+        1
+        for r in wedge.ledger.by_origin("harness")
+        if r.state == "error" and first <= (r.finished or 0) < second
+    )
     stuck = len(wedge.ledger.by_origin("harness").overdue(1.0))
     assert failed_before > stuck  # the earlier failures would outvote the stuck ones
     for since in (second, None):

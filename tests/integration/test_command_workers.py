@@ -27,28 +27,68 @@ CATALOG = {s.name: s for s in catalog()}
 NO_LEDGERS = "no worker ledgers: prefill-0, decode-0 run ledger-less"
 # What a user writes for their own build: our stub here, with its ledger and control API off.
 # {stub_args} carries the scenario's engine settings (inter-token latency, KV transfer timeout).
-PREFILL = WorkerSpec(kind="command", command=(
-    "{python}", "-m", "pytest_wedge.stubs", "--role", "{role}", "--name", "{name}",
-    "--host", "{host}", "--port", "{port}", "--bootstrap-port", "{bootstrap_port}",
-    "--ledgerless", "{stub_args}"))  # fmt: skip
-DECODE = WorkerSpec(kind="command", command=(
-    "{python}", "-m", "pytest_wedge.stubs", "--role", "{role}", "--name", "{name}",
-    "--host", "{host}", "--port", "{port}", "--ledgerless", "{stub_args}",
-    "--bootstrap-route={host}:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}"))  # fmt: skip
+PREFILL = WorkerSpec(
+    kind="command",
+    command=(
+        "{python}",
+        "-m",
+        "pytest_wedge.stubs",
+        "--role",
+        "{role}",
+        "--name",
+        "{name}",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--bootstrap-port",
+        "{bootstrap_port}",
+        "--ledgerless",
+        "{stub_args}",
+    ),
+)
+DECODE = WorkerSpec(
+    kind="command",
+    command=(
+        "{python}",
+        "-m",
+        "pytest_wedge.stubs",
+        "--role",
+        "{role}",
+        "--name",
+        "{name}",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--ledgerless",
+        "{stub_args}",
+        "--bootstrap-route={host}:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}",
+    ),
+)
 
 
 def by_command(scenario: Scenario, **stub: Any) -> Scenario:
     spec = scenario.spec
-    spec = dataclasses.replace(spec, prefill_worker=PREFILL, decode_worker=DECODE,
-                               stub=dataclasses.replace(spec.stub, **stub))  # fmt: skip
+    spec = dataclasses.replace(
+        spec,
+        prefill_worker=PREFILL,
+        decode_worker=DECODE,
+        stub=dataclasses.replace(spec.stub, **stub),
+    )
     return dataclasses.replace(scenario, spec=spec)
 
 
 def open_on(wedge_factory: Any, scenario: Scenario) -> Wedge:
     spec = scenario.spec
-    wedge: Wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode,
-                                 router_args=spec.router_args, stub=spec.stub,
-                                 prefill_worker=PREFILL, decode_worker=DECODE)  # fmt: skip
+    wedge: Wedge = wedge_factory(
+        prefill=spec.prefill,
+        decode=spec.decode,
+        router_args=spec.router_args,
+        stub=spec.stub,
+        prefill_worker=PREFILL,
+        decode_worker=DECODE,
+    )
     assert wedge.topology.spec == spec
     # The plugin holds no stub client for any worker: nothing but public endpoints.
     assert wedge.topology.stubs == {}
@@ -88,8 +128,7 @@ def test_a_kv_black_hole_is_located_with_command_workers(wedge_factory: Any) -> 
     # clearing check judges it by the client's requests alone.
     (armed,) = catalogued.watchdogs
     after_s = armed.watchdog.after_s  # type: ignore[attr-defined]
-    scenario = dataclasses.replace(by_command(catalogued, transfer_timeout_s=after_s),
-                                   watchdogs=())  # fmt: skip
+    scenario = dataclasses.replace(by_command(catalogued, transfer_timeout_s=after_s), watchdogs=())
     wedge = open_on(wedge_factory, scenario)
     result = run_scenario(wedge, scenario)  # asserts the location and the clearing budget
     diagnosis = result.diagnosis

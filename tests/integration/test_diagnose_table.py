@@ -36,17 +36,22 @@ ROWS: dict[str, tuple[Callable[[], Fault] | None, dict[str, object]]] = {
 def wedged_now(wedge: Wedge) -> bool:
     now = time.time()
     return any(
-        r.overdue(OVERDUE_S, now) or r.held_by_client(OVERDUE_S, now)
+        r.overdue(OVERDUE_S, now)
+        or r.held_by_client(OVERDUE_S, now)
         or r.state in ("error", "timeout", "unknown")
         for r in wedge.ledger.by_origin("harness")
-    )  # fmt: skip
+    )
 
 
 def start_load(wedge: Wedge, **harness: object) -> None:
     stray = wedge.stray("decode-0", rate_per_s=5)
     wait_for(lambda: stray.progress() >= 1, timeout_s=10, what="a first stray request")
-    options: dict[str, object] = {"agents": 30, "rounds": 20, "client_timeout_s": 20,
-                                  "think_time_s": 0.05}  # fmt: skip
+    options: dict[str, object] = {
+        "agents": 30,
+        "rounds": 20,
+        "client_timeout_s": 20,
+        "think_time_s": 0.05,
+    }
     wedge.harness(**(options | harness))
 
 
@@ -59,7 +64,9 @@ def start_row(wedge: Wedge, expected: str) -> None:
 
 
 def assert_stray_is_a_red_herring(diagnosis: Diagnosis) -> None:
-    assert any("stray-1" in h and "decode-0" in h for h in diagnosis.red_herrings), diagnosis.render()
+    assert any("stray-1" in h and "decode-0" in h for h in diagnosis.red_herrings), (
+        diagnosis.render()
+    )
 
 
 def assert_located(diagnosis: Diagnosis, expected: str) -> None:
@@ -84,8 +91,7 @@ def test_the_blind_locator_needs_no_ground_truth(wedge: Wedge, expected: str) ->
     start_row(wedge, expected)
     snapshot = collect(wedge.topology, wedge.ledger, truth=False)
     assert snapshot.ledgers == {} and snapshot.stub_states == {} and snapshot.components == {}
-    assert all(not link.get("toxics") and "enabled" not in link
-               for link in snapshot.links.values())  # fmt: skip
+    assert all(not link.get("toxics") and "enabled" not in link for link in snapshot.links.values())
     assert snapshot.observed is not None
     assert_located(locate_blind(snapshot.observed, "harness", OVERDUE_S), expected)
 
@@ -93,8 +99,11 @@ def test_the_blind_locator_needs_no_ground_truth(wedge: Wedge, expected: str) ->
 def test_nothing_wrong_is_none_while_the_stray_runs(wedge: Wedge) -> None:
     # think_time keeps the two cores of CI from stretching healthy requests past 1 s.
     start_load(wedge, think_time_s=0.2)
-    wait_for(lambda: wedge.ledger.by_origin("harness").states()["ok"] >= 30, timeout_s=15,
-             what="30 healthy harness requests")  # fmt: skip
+    wait_for(
+        lambda: wedge.ledger.by_origin("harness").states()["ok"] >= 30,
+        timeout_s=15,
+        what="30 healthy harness requests",
+    )
     for _ in range(3):
         diagnosis = diagnose(wedge, origin="harness", overdue_after_s=OVERDUE_S)
         assert diagnosis.location == "none", diagnosis.render()

@@ -139,10 +139,12 @@ def test_a_docker_error_on_stop_pause_and_resume_surfaces(runtime: DockerRuntime
 
 @pytest.mark.parametrize(
     "failure",
-    [api_error(404, "No such container: abc"),
-     api_error(409, "Cannot kill container: abc: Container abc is not running")],
+    [
+        api_error(404, "No such container: abc"),
+        api_error(409, "Cannot kill container: abc: Container abc is not running"),
+    ],
     ids=["not found", "already stopped"],
-)  # fmt: skip
+)
 def test_a_container_already_gone_or_stopped_is_what_kill_and_stop_wanted(
     runtime: DockerRuntime, failure: Exception
 ) -> None:
@@ -169,8 +171,9 @@ def test_a_gone_container_is_absent_and_kill_stop_are_no_ops(runtime: DockerRunt
 
 def test_starting_a_running_name_raises_instead_of_replacing_it(runtime: DockerRuntime) -> None:
     container = with_container(runtime, FakeContainer("running"))
-    component = ComponentSpec(name="decode-0", role="decode", argv=("stub",),
-                              ready_url="http://127.0.0.1:1/")  # fmt: skip
+    component = ComponentSpec(
+        name="decode-0", role="decode", argv=("stub",), ready_url="http://127.0.0.1:1/"
+    )
     with pytest.raises(AlreadyRunningError, match="decode-0: it is already running"):
         runtime.start(component)
     assert "remove" not in container.calls

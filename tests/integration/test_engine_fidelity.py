@@ -48,8 +48,11 @@ def held(wedge: Any, count: int, tokens: int) -> list[dict[str, Any]] | None:
 
 
 def chat(wedge: Any, timeout: float = 20.0) -> httpx.Response:
-    body = {"model": "stub-model", "max_tokens": 4,
-            "messages": [{"role": "user", "content": "fidelity"}]}  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "fidelity"}],
+    }
     return httpx.post(wedge.url + "/v1/chat/completions", json=body, timeout=timeout)
 
 
@@ -60,8 +63,11 @@ def chat(wedge: Any, timeout: float = 20.0) -> httpx.Response:
 def test_a_reverted_stall_releases_its_held_requests_within_one_itl(wedge):
     fault = wedge.apply(StallBeforeFirstToken("decode-0"))
     harness = wedge.harness(agents=3, rounds=1, max_tokens=6, client_timeout_s=30)
-    wait_for(lambda: held(wedge, 3, tokens=0), timeout_s=10,
-             what="3 harness requests held before their first token")  # fmt: skip
+    wait_for(
+        lambda: held(wedge, 3, tokens=0),
+        timeout_s=10,
+        what="3 harness requests held before their first token",
+    )
     wedge.revert(fault)
     revert = removed_at(wedge, fault)
     assert harness.wait(20)
@@ -83,8 +89,9 @@ def test_a_stall_whose_window_ends_lets_its_streams_finish(wedge):
     wedge.faults.schedule(stall, at_s=0.0, for_s=1.5)
     wait_for(lambda: wedge.stub("decode-0").faults(), timeout_s=5, what="the stall applied")
     harness = wedge.harness(agents=3, rounds=1, max_tokens=6, client_timeout_s=30)
-    wait_for(lambda: held(wedge, 3, tokens=2), timeout_s=10,
-             what="3 harness streams held at 2 tokens")  # fmt: skip
+    wait_for(
+        lambda: held(wedge, 3, tokens=2), timeout_s=10, what="3 harness streams held at 2 tokens"
+    )
     assert harness.wait(20)
     assert wedge.faults.wait_scheduled(timeout_s=5)
     wedge.assert_nothing_lost("harness")
@@ -99,24 +106,32 @@ def test_a_stall_whose_window_ends_lets_its_streams_finish(wedge):
 # -- preallocation slots when the KV link goes down -----------------------------------------------
 
 
-@pytest.mark.wedge(stub={"extra_args": ["--prealloc-slots", "2",
-                                        "--slot-on-transfer-failure", "leaked"]})  # fmt: skip
+@pytest.mark.wedge(
+    stub={"extra_args": ["--prealloc-slots", "2", "--slot-on-transfer-failure", "leaked"]}
+)
 def test_leaked_slots_keep_the_decode_wedged_after_the_kv_link_heals(wedge):
     link = wedge.apply(Down(KV_LINK))
     harness = wedge.harness(agents=3, rounds=1, max_tokens=4, client_timeout_s=40)
     wait_for(
         lambda: wedge.metric("decode-0", TRANSFER) == 2 and wedge.metric("decode-0", PREALLOC) >= 1,
-        timeout_s=15, what="both slots leaked and a request waiting for one",
-    )  # fmt: skip
+        timeout_s=15,
+        what="both slots leaked and a request waiting for one",
+    )
     decode = wedge.stub("decode-0")
     assert decode.state()["counters"]["bootstrap_failed"] == 2  # only two transfers ever ran
     wedge.revert(link)
     # The link is healthy again, yet nothing moves: the slots never come back.
-    samples = observe(lambda: (wedge.metric("decode-0", PREALLOC),
-                               wedge.metric("decode-0", TRANSFER),
-                               wedge.metric("decode-0", "sglang:num_running_reqs")), for_s=1.0)  # fmt: skip
-    assert all(prealloc >= 1 and transfer == 2 and running == 0
-               for prealloc, transfer, running in samples), samples  # fmt: skip
+    samples = observe(
+        lambda: (
+            wedge.metric("decode-0", PREALLOC),
+            wedge.metric("decode-0", TRANSFER),
+            wedge.metric("decode-0", "sglang:num_running_reqs"),
+        ),
+        for_s=1.0,
+    )
+    assert all(
+        prealloc >= 1 and transfer == 2 and running == 0 for prealloc, transfer, running in samples
+    ), samples
     slots = decode.state()["prealloc_slots"]
     assert (slots["leaked"], slots["used"], slots["capacity"]) == (2, 2, 2)
     assert decode.state()["states"].get("transfer", 0) == 0  # nothing is actually transferring
@@ -124,8 +139,9 @@ def test_leaked_slots_keep_the_decode_wedged_after_the_kv_link_heals(wedge):
     harness.stop()
 
 
-@pytest.mark.wedge(stub={"extra_args": ["--prealloc-slots", "2",
-                                        "--slot-on-transfer-failure", "released"]})  # fmt: skip
+@pytest.mark.wedge(
+    stub={"extra_args": ["--prealloc-slots", "2", "--slot-on-transfer-failure", "released"]}
+)
 def test_released_slots_let_the_decode_recover_when_the_kv_link_heals(wedge):
     link = wedge.apply(Down(KV_LINK))
     assert chat(wedge).status_code >= 500  # smg's retries all fail on the down link
@@ -151,7 +167,10 @@ def test_slots_released_after_the_transfer_timeout_come_back_only_then(wedge):
     assert wedge.metric("decode-0", TRANSFER) == slots["orphaned"]
     for orphan in slots["orphans"]:
         assert orphan["release_at"] - orphan["since"] == pytest.approx(timeout_s)
-    wait_for(lambda: wedge.metric("decode-0", TRANSFER) == 0, timeout_s=timeout_s + 2,
-             what="the held slots to come back after the transfer timeout")  # fmt: skip
+    wait_for(
+        lambda: wedge.metric("decode-0", TRANSFER) == 0,
+        timeout_s=timeout_s + 2,
+        what="the held slots to come back after the transfer timeout",
+    )
     assert decode.state()["states"].get("transfer", 0) == 0
     assert time.time() >= max(o["release_at"] for o in slots["orphans"])

@@ -29,8 +29,11 @@ def test_a_healthy_run_executes_every_request_once(wedge):
 def test_a_replay_after_the_kv_hand_over_is_named_with_its_attempts(wedge):
     # The prefill answers 500 after the decode took its KV, late enough for the decode to run
     # the attempt to completion; smg replays each request once with a new room.
-    wedge.apply(ErrorStatus("prefill-0", origin="harness", first_n=AGENTS, after_kv_taken=True,
-                            delay_ms=100))  # fmt: skip
+    wedge.apply(
+        ErrorStatus(
+            "prefill-0", origin="harness", first_n=AGENTS, after_kv_taken=True, delay_ms=100
+        )
+    )
     harness = wedge.harness(agents=AGENTS, rounds=1, max_tokens=8)
     assert harness.wait(30)
     assert wedge.ledger.by_origin("harness").states()["ok"] == AGENTS  # the client saw nothing

@@ -48,8 +48,12 @@ def timed(fn) -> float:
 
 def stream_timings(wedge, max_tokens=6) -> list[float]:
     """Arrival time of each token of one streamed chat completion."""
-    body = {"model": "stub-model", "messages": [{"role": "user", "content": "itl"}],
-            "max_tokens": max_tokens, "stream": True}  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "itl"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
     started, times = time.monotonic(), []
     with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=20) as r:
         for line in r.iter_lines():
@@ -165,8 +169,11 @@ def test_slow_tokens_stretch_inter_token_latency(wedge):
 def test_crash_exits_the_worker_on_its_next_request(wedge):
     fault = wedge.apply(Crash("decode-0", exit_code=3))
     assert chat(wedge).status_code >= 500
-    wait_for(lambda: wedge.topology.runtime.exit_code("decode-0") == 3, timeout_s=5,
-             what="decode-0 to exit with code 3")  # fmt: skip
+    wait_for(
+        lambda: wedge.topology.runtime.exit_code("decode-0") == 3,
+        timeout_s=5,
+        what="decode-0 to exit with code 3",
+    )
     wedge.revert(fault)
     assert wedge.topology.runtime.state("decode-0") == "running"
 

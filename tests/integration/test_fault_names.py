@@ -15,10 +15,19 @@ CLIENT_LINK = "client->router"
 
 
 def chat(wedge, origin: str = "harness") -> httpx.Response:
-    body = {"model": "stub-model", "messages": [{"role": "user", "content": "names"}],
-            "max_tokens": 4, "user": origin, "wedge_origin": origin}  # fmt: skip
-    return httpx.post(wedge.url + "/v1/chat/completions", json=body, timeout=10.0,
-                      headers={"x-request-id-origin": origin})  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "names"}],
+        "max_tokens": 4,
+        "user": origin,
+        "wedge_origin": origin,
+    }
+    return httpx.post(
+        wedge.url + "/v1/chat/completions",
+        json=body,
+        timeout=10.0,
+        headers={"x-request-id-origin": origin},
+    )
 
 
 def timed_ok(wedge) -> float:

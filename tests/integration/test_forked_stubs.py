@@ -32,10 +32,26 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def stub(name: str, port: int) -> ComponentSpec:
-    argv = (sys.executable, "-m", "pytest_wedge.stubs", "--role", "decode", "--name", name,
-            "--host", "127.0.0.1", "--port", str(port))  # fmt: skip
-    return ComponentSpec(name=name, role="decode", argv=argv,
-                         ready_url=f"http://127.0.0.1:{port}/health", ports=(port,))  # fmt: skip
+    argv = (
+        sys.executable,
+        "-m",
+        "pytest_wedge.stubs",
+        "--role",
+        "decode",
+        "--name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    )
+    return ComponentSpec(
+        name=name,
+        role="decode",
+        argv=argv,
+        ready_url=f"http://127.0.0.1:{port}/health",
+        ports=(port,),
+    )
 
 
 @pytest.fixture
@@ -113,8 +129,11 @@ def test_pause_kill_and_restart_act_on_one_worker_alone(
 
     runtime.pause(first.name)
     assert runtime.state(first.name) == "paused"
-    wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout_s=5,
-             what=f"{first.name} ({pid}) to be stopped by the kernel")  # fmt: skip
+    wait_for(
+        lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED,
+        timeout_s=5,
+        what=f"{first.name} ({pid}) to be stopped by the kernel",
+    )
     assert not answers(first.ready_url) and answers(other.ready_url)
     runtime.resume(first.name)
     assert runtime.state(first.name) == "running" and answers(first.ready_url)
@@ -139,11 +158,19 @@ def test_a_worker_that_fails_to_start_reports_its_exit_code_and_log(
     runtime: ProcessRuntime,
 ) -> None:
     bad = stub("decode-0", 1)
-    bad = ComponentSpec(name=bad.name, role=bad.role, argv=(*bad.argv, "--max-running", "0"),
-                        ready_url=bad.ready_url)  # fmt: skip
+    bad = ComponentSpec(
+        name=bad.name,
+        role=bad.role,
+        argv=(*bad.argv, "--max-running", "0"),
+        ready_url=bad.ready_url,
+    )
     runtime.start(bad)
-    wait_for(lambda: runtime.exit_code(bad.name) is not None, timeout_s=60,
-             what="the bad worker to exit", describe=lambda: runtime.logs(bad.name))  # fmt: skip
+    wait_for(
+        lambda: runtime.exit_code(bad.name) is not None,
+        timeout_s=60,
+        what="the bad worker to exit",
+        describe=lambda: runtime.logs(bad.name),
+    )
     assert runtime.exit_code(bad.name) == 2  # argparse's usage error, as when spawned
     assert "--max-running must be >= 1" in runtime.logs(bad.name)
 
@@ -170,8 +197,11 @@ def test_workers_die_with_their_fork_server(
     for pid in pids:
         assert pid is not None
         wait_for(lambda pid=pid: gone(pid), timeout_s=10, what=f"worker {pid} to die")
-    wait_for(lambda: all(runtime.state(c.name) == "exited" for c in two_stubs), timeout_s=10,
-             what="the runtime to see its workers gone")  # fmt: skip
+    wait_for(
+        lambda: all(runtime.state(c.name) == "exited" for c in two_stubs),
+        timeout_s=10,
+        what="the runtime to see its workers gone",
+    )
     runtime.restart("decode-0")  # a new fork server takes over
     wait_ready(runtime, two_stubs[:1], timeout_s=60)
     assert runtime.state("decode-0") == "running"

@@ -115,6 +115,7 @@ def test_a_co_restart_has_the_whole_pair_down_before_either_comes_back(wedge, mo
             if (action, name) == ("restart", "decode-0"):
                 prefill_answered.append(answers(wedge.worker_url("prefill-0")))
             real(name)
+
         return record
 
     for action in ("kill", "restart"):
@@ -125,7 +126,9 @@ def test_a_co_restart_has_the_whole_pair_down_before_either_comes_back(wedge, mo
     assert {name for action, name, _ in calls[:first_start]} == {"prefill-0", "decode-0"}
     assert calls[first_start][2] is None, "the old decode is dead when the first comes back"
     assert [name for action, name, _ in calls[first_start:] if action == "restart"] == [
-        "prefill-0", "decode-0"]
+        "prefill-0",
+        "decode-0",
+    ]
     assert prefill_answered == [True], "the new prefill answers before the decode starts"
     assert runtime.pid("decode-0") not in (None, old_decode)
 
@@ -143,9 +146,12 @@ def test_decode_only_restart_wedges_transfer_until_co_restart(wedge):
     # The decode queues a request as it arrives, while its prefill half may still be computing:
     # wait for the prefill to finish all three, which is what holds their KV.
     prefill = wait_for(
-        lambda: (entries := wedge.stub("prefill-0").ledger(origin="after-restart")["entries"])
-        and len(entries) == 3 and all(e["state"] not in ("queued", "prefilling") for e in entries)
-        and entries,
+        lambda: (
+            (entries := wedge.stub("prefill-0").ledger(origin="after-restart")["entries"])
+            and len(entries) == 3
+            and all(e["state"] not in ("queued", "prefilling") for e in entries)
+            and entries
+        ),
         timeout_s=10,
         what="the prefill to finish the 3 requests",
     )

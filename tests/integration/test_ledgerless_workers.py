@@ -30,8 +30,9 @@ def ledgerless(scenario: Scenario, **stub: Any) -> Scenario:
 
 def open_on(wedge_factory: Any, scenario: Scenario) -> Wedge:
     spec = scenario.spec
-    wedge: Wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode,
-                                 router_args=spec.router_args, stub=spec.stub)  # fmt: skip
+    wedge: Wedge = wedge_factory(
+        prefill=spec.prefill, decode=spec.decode, router_args=spec.router_args, stub=spec.stub
+    )
     # The plugin holds no stub client for any worker: nothing but public endpoints.
     assert wedge.topology.stubs == {}
     plan = wedge.topology.plan
@@ -61,8 +62,7 @@ def test_a_kv_black_hole_is_located_with_ledgerless_workers(wedge_factory: Any) 
     # judges it by the client's requests alone.
     (armed,) = catalogued.watchdogs
     after_s = armed.watchdog.after_s  # type: ignore[attr-defined]
-    scenario = dataclasses.replace(ledgerless(catalogued, transfer_timeout_s=after_s),
-                                   watchdogs=())  # fmt: skip
+    scenario = dataclasses.replace(ledgerless(catalogued, transfer_timeout_s=after_s), watchdogs=())
     wedge = open_on(wedge_factory, scenario)
     result = run_scenario(wedge, scenario)  # asserts the location and the clearing budget
     diagnosis = result.diagnosis

@@ -46,10 +46,16 @@ def test_the_sampler_meters_the_links_and_the_series_outlives_the_stop(wedge):
         harness = wedge.harness(agents=4, rounds=5)
         assert harness.wait(60)
         # The router's connections to the workers stay open: their bytes are the kernel's.
-        series = wait_for(lambda: (s := meter.series()) and len(s) >= 3
-                          and s[-1][1].get("router->decode-0", {}).get("downstream", 0) > 0
-                          and s, timeout_s=10,
-                          what="3 points, the last with bytes on router->decode-0")  # fmt: skip
+        series = wait_for(
+            lambda: (
+                (s := meter.series())
+                and len(s) >= 3
+                and s[-1][1].get("router->decode-0", {}).get("downstream", 0) > 0
+                and s
+            ),
+            timeout_s=10,
+            what="3 points, the last with bytes on router->decode-0",
+        )
         times = [t for t, _ in series]
         assert times == sorted(times)
         # One point per slow tick (every 10th of 0.1 s), each a walk of the kernel's table

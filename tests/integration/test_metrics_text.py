@@ -16,11 +16,16 @@ def test_router_and_toxiproxy_metrics_read_as_prometheus_client_reads_them(wedge
     assert harness.wait(30)
     topology = wedge.topology
     with httpx.Client(timeout=5, trust_env=False) as client:
-        texts = [client.get(url).text for url in (topology.router_metrics_url,
-                                                  topology.toxiproxy.base_url + "/metrics")]  # fmt: skip
+        texts = [
+            client.get(url).text
+            for url in (topology.router_metrics_url, topology.toxiproxy.base_url + "/metrics")
+        ]
     for text in texts:
-        reference = [(s.name, dict(s.labels), float(s.value))
-                     for family in text_string_to_metric_families(text) for s in family.samples]  # fmt: skip
+        reference = [
+            (s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
         ours = [(name, labels, float(value)) for name, labels, value in parse_samples(text)]
         assert len(ours) >= 10
         assert [(n, la, repr(v)) for n, la, v in ours] == [

@@ -37,8 +37,11 @@ def _wait_gone(pid: int) -> None:
 
 def _wait_sampling(probe: Probe, count: int = 3) -> None:
     """The sampler's own samples (the first one is taken in this process)."""
-    wait_for(lambda: len(probe.samples()) >= count and probe.latest_slow() is not None,
-             timeout_s=30, what=f"{count} probe samples")  # fmt: skip
+    wait_for(
+        lambda: len(probe.samples()) >= count and probe.latest_slow() is not None,
+        timeout_s=30,
+        what=f"{count} probe samples",
+    )
 
 
 def test_samples_are_snapshots_that_feed_the_diagnosis(wedge):
@@ -53,9 +56,16 @@ def test_samples_are_snapshots_that_feed_the_diagnosis(wedge):
     assert set(samples[-1].stub_states) == {"prefill-0", "decode-0"}
     # A tick whose Toxiproxy read timed out on a loaded machine has no link traffic (it names
     # the fetch in ``unanswered`` instead): wait for one that read the links.
-    slow = wait_for(lambda: (s := probe.latest_slow(min_age_s=0.2)) is not None
-                    and s.observed is not None and "client->router" in s.observed.traffic
-                    and s, timeout_s=10, what="a slow sample at least 0.2 s old with link traffic")  # fmt: skip
+    slow = wait_for(
+        lambda: (
+            (s := probe.latest_slow(min_age_s=0.2)) is not None
+            and s.observed is not None
+            and "client->router" in s.observed.traffic
+            and s
+        ),
+        timeout_s=10,
+        what="a slow sample at least 0.2 s old with link traffic",
+    )
     assert slow.components["router"] == "running"  # the runtime's view, added by the probe
     assert slow.observed is not None and slow.observed.traffic["client->router"]
     assert slow.router and slow.observed.workers["decode-0"]
@@ -71,11 +81,19 @@ def test_a_pause_shows_in_the_samples(wedge):
     probe = wedge.probe
     _wait_sampling(probe)
     fault = wedge.apply(Pause("decode-0"))
-    wait_for(lambda: (probe.latest_slow() or Snapshot(0, [], [], [])).components.get("decode-0")
-             == "paused", timeout_s=10, what="a sample showing decode-0 paused")  # fmt: skip
+    wait_for(
+        lambda: (
+            (probe.latest_slow() or Snapshot(0, [], [], [])).components.get("decode-0") == "paused"
+        ),
+        timeout_s=10,
+        what="a sample showing decode-0 paused",
+    )
     wedge.revert(fault)
-    wait_for(lambda: probe.latest_slow().components.get("decode-0") == "running", timeout_s=10,
-             what="a sample showing decode-0 running again")  # fmt: skip
+    wait_for(
+        lambda: probe.latest_slow().components.get("decode-0") == "running",
+        timeout_s=10,
+        what="a sample showing decode-0 running again",
+    )
 
 
 def test_stop_ends_the_sampler(wedge):
@@ -133,13 +151,17 @@ time.sleep(300)
 
 def test_the_sampler_dies_with_a_killed_test_process(wedge):
     target = json.dumps(ProbeTarget.of(wedge.topology).to_dict())
-    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, target], stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, target], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert parent.stdout is not None
         pid = int(parent.stdout.readline())
-        wait_for(lambda: psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, timeout_s=5,
-                 what="the sampler to run")  # fmt: skip
+        wait_for(
+            lambda: psutil.Process(pid).status() != psutil.STATUS_ZOMBIE,
+            timeout_s=5,
+            what="the sampler to run",
+        )
     finally:
         parent.kill()
         parent.wait(10)
@@ -147,8 +169,12 @@ def test_the_sampler_dies_with_a_killed_test_process(wedge):
 
 
 def test_a_bad_configuration_line_is_refused_with_the_reason():
-    done = subprocess.run([sys.executable, "-m", "pytest_wedge.evidence.sampler"],
-                          input=b"not json\n", capture_output=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_wedge.evidence.sampler"],
+        input=b"not json\n",
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert b"the first line on stdin is not a probe configuration" in done.stderr
 
@@ -157,8 +183,11 @@ def test_fast_frames_wait_for_a_slow_one_and_go_out_at_the_end_of_input(wedge):
     """Only the first tick is slow here: every later frame waits in the sampler until its
     input ends, and none of them is lost then."""
     target = ProbeTarget.of(wedge.topology)
-    sampler = subprocess.Popen([sys.executable, "-m", "pytest_wedge.evidence.sampler"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    sampler = subprocess.Popen(
+        [sys.executable, "-m", "pytest_wedge.evidence.sampler"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert sampler.stdin is not None and sampler.stdout is not None
     try:
         sampler.stdin.write(config_line(target, 0.05, 0.2, 1000))

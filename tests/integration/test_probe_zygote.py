@@ -111,8 +111,9 @@ time.sleep(300)
 
 def test_the_zygote_and_its_sampler_die_with_a_killed_test_process(wedge):
     target = json.dumps(ProbeTarget.of(wedge.topology).to_dict())
-    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, target], stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, target], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert parent.stdout is not None
         sampler, zygote = (int(pid) for pid in parent.stdout.readline().split())
@@ -120,5 +121,8 @@ def test_the_zygote_and_its_sampler_die_with_a_killed_test_process(wedge):
     finally:
         parent.kill()
         parent.wait(10)
-    wait_for(lambda: _gone(sampler) and _gone(zygote), timeout_s=15,
-             what="the sampler and the zygote to exit")  # fmt: skip
+    wait_for(
+        lambda: _gone(sampler) and _gone(zygote),
+        timeout_s=15,
+        what="the sampler and the zygote to exit",
+    )

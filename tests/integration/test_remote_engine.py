@@ -61,18 +61,58 @@ def make_certificates(out: Path) -> Path:
     """A CA, a server certificate for IP 127.0.0.1, and a client certificate, as dockerd's
     `--tlsverify` and docker-py's `DOCKER_CERT_PATH` expect them."""
     out.mkdir(parents=True)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-            "/CN=pytest-wedge test CA", "-keyout", "ca-key.pem", "-out", "ca.pem", cwd=out)  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=pytest-wedge test CA",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        cwd=out,
+    )
     for name, subject, usage in (
         ("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
         ("client", "/CN=pytest-wedge client", "extendedKeyUsage=clientAuth"),
     ):
         (out / f"{name}.ext").write_text(usage + "\n")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-                "-keyout", f"{name}-key.pem", "-out", f"{name}.csr", cwd=out)  # fmt: skip
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
-                "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
-                "-out", f"{name}-cert.pem", cwd=out)  # fmt: skip
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            f"{name}-key.pem",
+            "-out",
+            f"{name}.csr",
+            cwd=out,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}-cert.pem",
+            cwd=out,
+        )
     shutil.copy(out / "client-cert.pem", out / "cert.pem")
     shutil.copy(out / "client-key.pem", out / "key.pem")
     return out
@@ -110,19 +150,42 @@ def remote_engine() -> Iterator[Engine]:
     log = root / "dockerd.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [dockerd, "--host", f"tcp://127.0.0.1:{port}", "--tlsverify",
-             "--tlscacert", str(certs / "ca.pem"), "--tlscert", str(certs / "server-cert.pem"),
-             "--tlskey", str(certs / "server-key.pem"), "--data-root", str(root / "data"),
-             "--exec-root", str(root / "exec"), "--pidfile", str(root / "dockerd.pid"),
-             "--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                dockerd,
+                "--host",
+                f"tcp://127.0.0.1:{port}",
+                "--tlsverify",
+                "--tlscacert",
+                str(certs / "ca.pem"),
+                "--tlscert",
+                str(certs / "server-cert.pem"),
+                "--tlskey",
+                str(certs / "server-key.pem"),
+                "--data-root",
+                str(root / "data"),
+                "--exec-root",
+                str(root / "exec"),
+                "--pidfile",
+                str(root / "dockerd.pid"),
+                "--bridge",
+                "none",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
     engine = Engine(port, certs, log)
     try:
-        wait_for(lambda: process.poll() is not None or _pings(engine), timeout_s=60,
-                 what="the TLS dockerd to answer /_ping",
-                 describe=lambda: log.read_text()[-2000:])  # fmt: skip
+        wait_for(
+            lambda: process.poll() is not None or _pings(engine),
+            timeout_s=60,
+            what="the TLS dockerd to answer /_ping",
+            describe=lambda: log.read_text()[-2000:],
+        )
         assert process.poll() is None, f"dockerd exited: {log.read_text()[-2000:]}"
         yield engine
     finally:
@@ -144,9 +207,11 @@ def test_the_engine_demands_a_client_certificate(remote_engine: Engine) -> None:
 
 @pytest.mark.timeout(600)
 def test_router_pause_scenario_on_a_remote_tls_engine(
-    remote_engine: Engine, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    remote_engine: Engine,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setenv("DOCKER_HOST", remote_engine.host)
     monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
     monkeypatch.setenv("DOCKER_CERT_PATH", str(remote_engine.certs))
@@ -162,9 +227,14 @@ def test_router_pause_scenario_on_a_remote_tls_engine(
     artifacts = pytester.path / "artifacts"
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
     result = pytester.runpytest_subprocess(
-        f"--wedge-scenarios={SCENARIO}", "--wedge-runtime=docker", "--wedge-keep",
-        f"--wedge-artifacts={artifacts}", f"--wedge-toxiproxy={toxiproxy}", "-p", "no:randomly",
-    )  # fmt: skip
+        f"--wedge-scenarios={SCENARIO}",
+        "--wedge-runtime=docker",
+        "--wedge-keep",
+        f"--wedge-artifacts={artifacts}",
+        f"--wedge-toxiproxy={toxiproxy}",
+        "-p",
+        "no:randomly",
+    )
     result.assert_outcomes(passed=1)
 
     # Artifacts came back: the diagnosis, and the containers' logs read through the API.

@@ -36,8 +36,12 @@ def test_sse_keepalives_defeat_a_client_idle_timeout(wedge):
     # A client that gives up after 2 s of silence never does: the router's `: ping` comments
     # arrive every second while the decode stays stalled.
     wedge.apply(StallAfterTokens("decode-0", tokens=1))
-    body = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 8, "stream": True}  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+        "stream": True,
+    }
     timeout = httpx.Timeout(connect=2.0, read=2.0, write=2.0, pool=2.0)
     pings, started = 0, time.monotonic()
     with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=timeout) as r:
@@ -48,15 +52,23 @@ def test_sse_keepalives_defeat_a_client_idle_timeout(wedge):
     assert pings >= 3, "the read timeout would have fired without keep-alives"
 
 
-@pytest.mark.wedge(router_args=["--health-check-interval-secs", "1", "--health-check-timeout-secs", "1"])
+@pytest.mark.wedge(
+    router_args=["--health-check-interval-secs", "1", "--health-check-timeout-secs", "1"]
+)
 def test_health_state_never_cancels_requests_already_in_flight(wedge):
     harness = wedge.harness(agents=1, rounds=1, max_tokens=400, client_timeout_s=30)
-    wait_for(lambda: any(r.tokens for r in wedge.ledger.by_origin("harness")), timeout_s=5,
-             what="the stream to start")  # fmt: skip
+    wait_for(
+        lambda: any(r.tokens for r in wedge.ledger.by_origin("harness")),
+        timeout_s=5,
+        what="the stream to start",
+    )
     wedge.apply(SlowTokens("decode-0", itl_ms=50))
     wedge.apply(Pause("decode-0"))
-    wait_for(lambda: wedge.metric("router", "smg_worker_health") < 2, timeout_s=10,
-             what="the router to mark the paused decode unhealthy")  # fmt: skip
+    wait_for(
+        lambda: wedge.metric("router", "smg_worker_health") < 2,
+        timeout_s=10,
+        what="the router to mark the paused decode unhealthy",
+    )
     (record,) = wedge.ledger.by_origin("harness")
     assert record.state == "pending", "the router cancelled an in-flight request"
     harness.stop()
@@ -65,8 +77,10 @@ def test_health_state_never_cancels_requests_already_in_flight(wedge):
 @pytest.mark.wedge(router_args=["--stream-body-stall-timeout-secs", "1"])
 def test_stream_body_stall_timeout_bounds_a_stalled_client_upload(wedge):
     port = wedge.topology.links["client->router"].listen_port
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 500\r\n\r\n{\"model\": \"stub-model\",")  # fmt: skip
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 500\r\n\r\n{"model": "stub-model",'
+    )
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(head)  # ...and never the rest of the body

@@ -39,8 +39,13 @@ def _run_catalog_scenario(wedge_factory, name: str, **router_kwargs):
 
     scenario = next(s for s in catalog() if s.name == name)
     spec = scenario.spec
-    wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode, stub=spec.stub,
-                          router_args=list(spec.router_args), **router_kwargs)  # fmt: skip
+    wedge = wedge_factory(
+        prefill=spec.prefill,
+        decode=spec.decode,
+        stub=spec.stub,
+        router_args=list(spec.router_args),
+        **router_kwargs,
+    )
     result = run_scenario(wedge, scenario)
     assert result.diagnosis is not None and result.check is not None
     return wedge, result
@@ -67,7 +72,10 @@ def test_command_router_from_a_user_template_is_located_and_cleared_like_the_bui
     argv = wedge.topology.components["router"].argv
     # The user's template, not the adapter's launch line: rendered with the links' ports.
     assert argv[:2] == (smg, "launch") and "{" not in " ".join(argv)
-    assert argv[argv.index("--decode") + 1] == f"http://{wedge.topology.links['router->decode-0'].listen}"
+    assert (
+        argv[argv.index("--decode") + 1]
+        == f"http://{wedge.topology.links['router->decode-0'].listen}"
+    )
     assert result.diagnosis.location == "decode-0"
     assert result.check.time_to_clear_s is not None and result.check.time_to_clear_s <= 3.5
 
@@ -85,24 +93,49 @@ def test_url_router_started_by_the_test_is_located_and_cleared_like_the_built_in
     assert smg is not None
     allocator = PortAllocator()
     port, metrics, prefill_link, decode_link, bootstrap = allocator.take(5)
-    flags = ["--request-timeout-secs", "2", "--stream-body-stall-timeout-secs", "1",
-             # Its workers come up after it: without this smg re-checks them only every 30 s.
-             "--worker-startup-check-interval", "1"]  # fmt: skip
-    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--pd-disaggregation",
-            "--prefill", f"http://127.0.0.1:{prefill_link}", str(bootstrap),
-            "--decode", f"http://127.0.0.1:{decode_link}",
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics), *flags]  # fmt: skip
+    flags = [
+        "--request-timeout-secs",
+        "2",
+        "--stream-body-stall-timeout-secs",
+        "1",
+        # Its workers come up after it: without this smg re-checks them only every 30 s.
+        "--worker-startup-check-interval",
+        "1",
+    ]
+    argv = [
+        smg,
+        "launch",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--pd-disaggregation",
+        "--prefill",
+        f"http://127.0.0.1:{prefill_link}",
+        str(bootstrap),
+        "--decode",
+        f"http://127.0.0.1:{decode_link}",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics),
+        *flags,
+    ]
     with open(tmp_path / "router.log", "wb") as log:
         router = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
         wedge, result = _run_catalog_scenario(
             wedge_factory,
             "half-open-decode-stream",
-            router={"kind": "url", "url": f"http://127.0.0.1:{port}",
-                    "metrics_url": f"http://127.0.0.1:{metrics}/metrics",
-                    "prefill_listen": [prefill_link], "decode_listen": [decode_link],
-                    "bootstrap_ports": [bootstrap]},
-        )  # fmt: skip
+            router={
+                "kind": "url",
+                "url": f"http://127.0.0.1:{port}",
+                "metrics_url": f"http://127.0.0.1:{metrics}/metrics",
+                "prefill_listen": [prefill_link],
+                "decode_listen": [decode_link],
+                "bootstrap_ports": [bootstrap],
+            },
+        )
         # Not ours: no router component to start, stop or restart...
         assert "router" not in wedge.topology.components
         # ...but its traffic crosses the links: client->router in front, the workers behind.
@@ -121,12 +154,21 @@ def _stream_past_the_cap(wedge) -> tuple[list[str], str | None]:
     the error that ended it (None: it ended cleanly)."""
     import httpx
 
-    body = {"model": "stub-model", "stream": True, "max_tokens": 40,
-            "messages": [{"role": "user", "content": "a long one"}]}  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "stream": True,
+        "max_tokens": 40,
+        "messages": [{"role": "user", "content": "a long one"}],
+    }
     lines: list[str] = []
     try:
-        with httpx.stream("POST", wedge.url + "/v1/chat/completions", json=body, timeout=15,
-                          headers={"x-request-id-origin": "probe"}) as response:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            wedge.url + "/v1/chat/completions",
+            json=body,
+            timeout=15,
+            headers={"x-request-id-origin": "probe"},
+        ) as response:
             assert response.status_code == 200
             for line in response.iter_lines():  # one by one: keep what came before a cut
                 if line:
@@ -136,8 +178,9 @@ def _stream_past_the_cap(wedge) -> tuple[list[str], str | None]:
     return lines, None
 
 
-@pytest.mark.wedge(router="sglang-router", router_args=["--request-timeout-secs", "2"],
-                   stub={"itl_ms": 75.0})  # fmt: skip
+@pytest.mark.wedge(
+    router="sglang-router", router_args=["--request-timeout-secs", "2"], stub={"itl_ms": 75.0}
+)
 def test_sglang_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_counter(wedge):
     """Cited by fixtures/*.toml [routers.sglang-router]: the cut is a truncated chunked body
     (no error frame, no [DONE]) and no timeout is counted, so RequestTimeout's firing is not
@@ -168,8 +211,13 @@ def test_sglang_router_has_no_stream_body_stall_flag() -> None:
     from pytest_wedge.routers.envs import ensure_env
 
     env = ensure_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version)
-    shown = subprocess.run([env.script("sglang-router"), "launch", "--help"], capture_output=True,
-                           text=True, timeout=60, check=True).stdout  # fmt: skip
+    shown = subprocess.run(
+        [env.script("sglang-router"), "launch", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "--request-timeout-secs" in shown
     assert "--stream-body-stall-timeout-secs" not in shown
 
@@ -196,17 +244,23 @@ def test_vllm_router_has_no_stream_body_stall_flag_and_exits_2_on_it() -> None:
     from pytest_wedge.routers.envs import ensure_env
 
     script = ensure_env(VLLM_ROUTER.package, VLLM_ROUTER.version).script("vllm-router")
-    shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60,
-                           check=True).stdout  # fmt: skip
+    shown = subprocess.run(
+        [script, "--help"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert "--request-timeout-secs" in shown
     assert "--stream-body-stall-timeout-secs" not in shown
-    refused = subprocess.run([script, "--stream-body-stall-timeout-secs", "1"],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    refused = subprocess.run(
+        [script, "--stream-body-stall-timeout-secs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2, refused.stderr[-500:]
 
 
-@pytest.mark.wedge(router="vllm-router", router_args=["--request-timeout-secs", "2"],
-                   stub={"itl_ms": 75.0})  # fmt: skip
+@pytest.mark.wedge(
+    router="vllm-router", router_args=["--request-timeout-secs", "2"], stub={"itl_ms": 75.0}
+)
 def test_vllm_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_counter(wedge):
     """Cited by fixtures/*.toml [routers.vllm-router]: with its own vLLM-protocol workers, the
     cut is a truncated chunked body (no error frame, no [DONE]), and none of the counters
@@ -228,8 +282,11 @@ def test_vllm_router_passes_a_prefill_error_to_the_client_without_a_retry(wedge)
     client as a 500 naming the prefill, each request runs once, and the decode never sees
     it (routers.md B3)."""
     agents = 4
-    wedge.apply(ErrorStatus("prefill-0", origin="harness", first_n=agents, after_kv_taken=True,
-                            delay_ms=100))  # fmt: skip
+    wedge.apply(
+        ErrorStatus(
+            "prefill-0", origin="harness", first_n=agents, after_kv_taken=True, delay_ms=100
+        )
+    )
     harness = wedge.harness(agents=agents, rounds=1, max_tokens=8, client_timeout_s=20)
     assert harness.wait(30)
     records = wedge.ledger.by_origin("harness").records
@@ -245,8 +302,9 @@ def test_vllm_router_passes_a_prefill_error_to_the_client_without_a_retry(wedge)
     from pytest_wedge.evidence.observe import router_worker_names
     from pytest_wedge.evidence.parse import parse_router_metrics
 
-    seen = parse_router_metrics(wedge.topology.router_metrics(),
-                                router_worker_names(wedge.topology))  # fmt: skip
+    seen = parse_router_metrics(
+        wedge.topology.router_metrics(), router_worker_names(wedge.topology)
+    )
     assert seen["health"] == {"prefill-0": 1.0, "decode-0": 1.0}
     assert seen["cb_failed"].get("prefill-0") == agents and not seen["cb_failed"].get("decode-0")
     # The locator reads the 500's text as the prefill's answer, not an unreachable link.

@@ -54,8 +54,11 @@ def test_a_pinned_router_runs_in_docker_from_its_own_venv_and_a_pause_is_located
     # A container pause is a wedge at the router on this kind too.
     with wedge.fault(Pause("router")):
         wedge.harness(agents=2, rounds=1, max_tokens=4, origin="stuck", client_timeout_s=None)
-        diagnosis = wait_for(lambda: located(wedge, "stuck"), timeout_s=30,
-                             what="the paused router container to show as a wedge")  # fmt: skip
+        diagnosis = wait_for(
+            lambda: located(wedge, "stuck"),
+            timeout_s=30,
+            what="the paused router container to show as a wedge",
+        )
         assert diagnosis.location == "router", diagnosis.render()
 
 
@@ -70,15 +73,18 @@ def test_a_command_router_by_bare_name_runs_from_the_images_path_or_is_refused(
     wedge_factory: Any,
 ) -> None:
     with pytest.raises(pytest.fail.Exception) as raised:  # the plugin fails the test with its text
-        wedge_factory(router={"kind": "command", "command": SMG_BY_NAME.format(program="my-router")},
-                      runtime="docker")  # fmt: skip
+        wedge_factory(
+            router={"kind": "command", "command": SMG_BY_NAME.format(program="my-router")},
+            runtime="docker",
+        )
     text = str(raised.value)
     assert "ConfigError: router's program 'my-router' is not in the docker image" in text
     assert "To fix this: give router's command its absolute path" in text
 
     # smg by bare name is on the image's PATH (the project venv's bin/), as on the host.
-    wedge = wedge_factory(router={"kind": "command", "command": SMG_BY_NAME.format(program="smg")},
-                          runtime="docker")  # fmt: skip
+    wedge = wedge_factory(
+        router={"kind": "command", "command": SMG_BY_NAME.format(program="smg")}, runtime="docker"
+    )
     assert wedge.topology.components["router"].argv[0] == "smg"
     healthy = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=30)
     assert healthy.wait(60)

@@ -133,8 +133,12 @@ def test_runtime_contract(runtime: Runtime, tmp_path: Path) -> None:
     runtime.close()
     assert runtime.state(name) == "absent"
     if last_pid is not None:
-        wait_for(lambda: not psutil.pid_exists(last_pid), timeout_s=10, interval_s=0.05,
-                 what=f"{name}'s last process ({last_pid}) to exit after close()")  # fmt: skip
+        wait_for(
+            lambda: not psutil.pid_exists(last_pid),
+            timeout_s=10,
+            interval_s=0.05,
+            what=f"{name}'s last process ({last_pid}) to exit after close()",
+        )
     if runtime.name == "docker":
         assert _our_containers(session_id) == []
 
@@ -162,8 +166,9 @@ def test_sweep_removes_dead_owners_containers_only() -> None:
     session = f"sweep-{uuid.uuid4().hex[:8]}"
 
     def run(labels: dict[str, str]) -> object:
-        return client.containers.run(image, command, detach=True, init=True,
-                                     network_mode="host", labels=labels)  # fmt: skip
+        return client.containers.run(
+            image, command, detach=True, init=True, network_mode="host", labels=labels
+        )
 
     base = {LABEL_SESSION: session, LABEL_COMPONENT: "x", LABEL_PIDNS: pid_namespace()}
     dead = run({**base, LABEL_OWNER: dead_owner})

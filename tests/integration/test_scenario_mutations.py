@@ -37,42 +37,55 @@ def bootstrap_deadline(s, setting, **expect):
     """The scenario's one stub watchdog on another setting (from arrival / without progress)."""
     armed = s.watchdogs[0]
     dog = dataclasses.replace(armed.watchdog, setting=setting)
-    return dataclasses.replace(s, watchdogs=(dataclasses.replace(armed, watchdog=dog),),
-                               expect=dataclasses.replace(s.expect, **expect))  # fmt: skip
+    return dataclasses.replace(
+        s,
+        watchdogs=(dataclasses.replace(armed, watchdog=dog),),
+        expect=dataclasses.replace(s.expect, **expect),
+    )
 
 
 # name -> (mutation, what the run raises, its headline after "Scenario <name>: ").
 MUTATIONS = {
     "stray-requester-masks-router-wedge": (
         lambda s: fault_moved(s, Pause("prefill-0")),
-        ScenarioFailed, "expected the wedge at router, the diagnosis says prefill-0",
+        ScenarioFailed,
+        "expected the wedge at router, the diagnosis says prefill-0",
     ),
     "decode-only-restart-wedges-kv-transfer": (
-        without_watchdogs, ScenarioFailed, "the wedge was not cleared within its budget",
+        without_watchdogs,
+        ScenarioFailed,
+        "the wedge was not cleared within its budget",
     ),
     "prefill-inflight-pin-after-abort": (
-        without_watchdogs, ScenarioFailed, "the wedge was not cleared within its budget",
+        without_watchdogs,
+        ScenarioFailed,
+        "the wedge was not cleared within its budget",
     ),
     "abort-race-leaks-inflight": (
         # The settle check is a plain wait: its timeout names what it waited for.
         lambda s: dataclasses.replace(s, faults=(ScheduledFault(PinOnAbort()),)),
-        WaitTimeout, "every in-flight counter to return to 0",
+        WaitTimeout,
+        "every in-flight counter to return to 0",
     ),
     "decode-serialization-under-load": (
         lambda s: dataclasses.replace(s, faults=()),
-        ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
+        ScenarioFailed,
+        "expected the wedge at decode-0, the diagnosis says none",
     ),
     "client-pool-deadlock": (
         lambda s: dataclasses.replace(s, harness={**s.harness, "leak_streams": False}),
-        ScenarioFailed, "expected the wedge at client, the diagnosis says none",
+        ScenarioFailed,
+        "expected the wedge at client, the diagnosis says none",
     ),
     "half-open-decode-stream": (
         # The router flag is the watchdog; the watchdog entry only observes it.
         lambda s: dataclasses.replace(
-            s, watchdogs=s.watchdogs[1:],
+            s,
+            watchdogs=s.watchdogs[1:],
             spec=dataclasses.replace(s.spec, router_args=s.spec.router_args[2:]),
         ),
-        ScenarioFailed, "the wedge was not cleared within its budget",
+        ScenarioFailed,
+        "the wedge was not cleared within its budget",
     ),
     "kv-transfer-blackhole": (
         lambda s: fault_moved(s, Timeout("router->decode-0", timeout_ms=0)),
@@ -84,7 +97,8 @@ MUTATIONS = {
         lambda s: dataclasses.replace(
             s, strays=(), expect=dataclasses.replace(s.expect, red_herring=None)
         ),
-        ScenarioFailed, "expected the watchdog NOT to clear the wedge, but it did",
+        ScenarioFailed,
+        "expected the watchdog NOT to clear the wedge, but it did",
     ),
     "request-timeout-cuts-healthy-long-streams": (
         # Streams shorter than the cap: the false positive this scenario shows disappears.
@@ -94,9 +108,16 @@ MUTATIONS = {
     ),
     "no-progress-watchdog-spares-healthy-streams": (
         # An idle limit below the inter-token gap: now healthy streams look stalled.
-        lambda s: dataclasses.replace(s, watchdogs=(dataclasses.replace(
-            s.watchdogs[0], watchdog=NoProgressWatchdog(idle_s=0.03, interval_s=0.01)),)),
-        ScenarioFailed, "the watchdogs did not leave healthy work alone",
+        lambda s: dataclasses.replace(
+            s,
+            watchdogs=(
+                dataclasses.replace(
+                    s.watchdogs[0], watchdog=NoProgressWatchdog(idle_s=0.03, interval_s=0.01)
+                ),
+            ),
+        ),
+        ScenarioFailed,
+        "the watchdogs did not leave healthy work alone",
     ),
     # The field incidents (comment blocks cite their sources).
     "replayed-prefill-error-executes-twice": (
@@ -115,18 +136,23 @@ MUTATIONS = {
     "bootstrap-no-progress-deadline-spares-drain": (
         # Back to the deadline from arrival: the drain's tail is failed while queued.
         lambda s: bootstrap_deadline(s, "bootstrap_timeout_s", quiet_within_s=4.0),
-        ScenarioFailed, "the watchdogs did not leave healthy work alone",
+        ScenarioFailed,
+        "the watchdogs did not leave healthy work alone",
     ),
     "unbootstrapped-requests-inflate-ttft": (
         # Low concurrency: the decode's KV memory keeps up, nothing waits unbootstrapped.
         lambda s: dataclasses.replace(s, harness={**s.harness, "agents": 4}),
-        ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
+        ScenarioFailed,
+        "expected the wedge at decode-0, the diagnosis says none",
     ),
     "decode-never-leaves-bootstrapping": (
-        without_faults, ScenarioFailed, "expected the wedge at decode-0, the diagnosis says none",
+        without_faults,
+        ScenarioFailed,
+        "expected the wedge at decode-0, the diagnosis says none",
     ),
     "health-200-while-kv-transfer-hangs": (
-        without_faults, ScenarioFailed,
+        without_faults,
+        ScenarioFailed,
         "expected the wedge at decode-0->prefill-0, the diagnosis says none",
     ),
 }
@@ -140,8 +166,12 @@ def test_every_catalog_scenario_has_a_mutation():
 def test_a_broken_scenario_fails_and_says_why(name, wedge_factory):
     mutate, error, expected = MUTATIONS[name]
     scenario = mutate(CATALOG[name])
-    wedge = wedge_factory(prefill=scenario.spec.prefill, decode=scenario.spec.decode,
-                          router_args=scenario.spec.router_args, stub=scenario.spec.stub)
+    wedge = wedge_factory(
+        prefill=scenario.spec.prefill,
+        decode=scenario.spec.decode,
+        router_args=scenario.spec.router_args,
+        stub=scenario.spec.stub,
+    )
     with pytest.raises(error) as failure:
         run_scenario(wedge, scenario)
     if error is ScenarioFailed:

@@ -47,8 +47,12 @@ def test_bytes_received_and_acked_of_the_accepted_side(connection) -> None:
     _exchange(accepted, client, up=1234, down=5678)
     expected = {"link": {"upstream": 1234.0, "downstream": 5678.0}}
     # The client's ACK of the last bytes may trail its recv() by a moment.
-    wait_for(lambda: socket_bytes({port: "link"}) == expected, timeout_s=5,
-             what="the accepted socket's counters", describe=lambda: repr(socket_bytes({port: "link"})))  # fmt: skip
+    wait_for(
+        lambda: socket_bytes({port: "link"}) == expected,
+        timeout_s=5,
+        what="the accepted socket's counters",
+        describe=lambda: repr(socket_bytes({port: "link"})),
+    )
     if shutil.which("ss"):
         assert _ss_socket_bytes({port: "link"}) == expected
 
@@ -61,10 +65,13 @@ def test_only_the_asked_ports_count_however_many_are_asked(connection) -> None:
     # this connection's entry is checked.
     others = [p for p in range(40000, 40200) if p != port][:119]
     ports = {p: f"other-{p}" for p in others} | {port: "link"}
-    wait_for(lambda: socket_bytes(ports).get("link") == {"upstream": 10.0, "downstream": 20.0},
-             timeout_s=5, what="the asked port's socket", describe=lambda: repr(socket_bytes(ports)))  # fmt: skip
+    wait_for(
+        lambda: socket_bytes(ports).get("link") == {"upstream": 10.0, "downstream": 20.0},
+        timeout_s=5,
+        what="the asked port's socket",
+        describe=lambda: repr(socket_bytes(ports)),
+    )
     assert socket_bytes({}) == {}
-
 
 
 def test_a_meter_dumps_only_when_a_connection_may_have_been_accepted() -> None:
@@ -75,27 +82,38 @@ def test_a_meter_dumps_only_when_a_connection_may_have_been_accepted() -> None:
             accepted, _ = server.accept()
             with accepted:
                 _exchange(accepted, client, up=100, down=200)
-                wait_for(lambda: counters.read() == {"link": {"upstream": 100.0,
-                                                              "downstream": 200.0}},
-                         timeout_s=5, what="the first reads' counters")  # fmt: skip
+                wait_for(
+                    lambda: counters.read() == {"link": {"upstream": 100.0, "downstream": 200.0}},
+                    timeout_s=5,
+                    what="the first reads' counters",
+                )
                 # With no connection accepted meanwhile, a read asks for the known socket by
                 # its address. Other programs on the machine may accept connections meanwhile
                 # (each costs one more dump): most reads, not all, must go without one.
                 dumps = counters.dumps
                 for up in range(1, 11):
                     _exchange(accepted, client, up=1, down=0)
-                    wait_for(lambda up=up: counters.read()["link"]["upstream"] == 100.0 + up,
-                             timeout_s=5, what=f"{up} more bytes up")  # fmt: skip
+                    wait_for(
+                        lambda up=up: counters.read()["link"]["upstream"] == 100.0 + up,
+                        timeout_s=5,
+                        what=f"{up} more bytes up",
+                    )
                 assert counters.dumps - dumps < 5, "lookups of the known socket, not dumps"
                 # A connection accepted now is found; once it closes it leaves the sums.
                 with socket.create_connection(("127.0.0.1", port)) as second_client:
                     second, _ = server.accept()
                     with second:
                         _exchange(second, second_client, up=7, down=0)
-                        wait_for(lambda: counters.read()["link"]["upstream"] == 117.0,
-                                 timeout_s=5, what="the new connection's bytes")  # fmt: skip
-                wait_for(lambda: counters.read()["link"]["upstream"] == 110.0, timeout_s=5,
-                         what="the closed connection to leave the sums")  # fmt: skip
+                        wait_for(
+                            lambda: counters.read()["link"]["upstream"] == 117.0,
+                            timeout_s=5,
+                            what="the new connection's bytes",
+                        )
+                wait_for(
+                    lambda: counters.read()["link"]["upstream"] == 110.0,
+                    timeout_s=5,
+                    what="the closed connection to leave the sums",
+                )
 
 
 def test_a_meter_spaces_its_walks_of_the_table_while_connections_keep_coming(
@@ -109,8 +127,10 @@ def test_a_meter_spaces_its_walks_of_the_table_while_connections_keep_coming(
     _exchange(accepted, client, up=5, down=0)
     assert meter.read()["link"]["upstream"] == 5.0
     assert meter.walked_at is not None, "the first read dumps"
-    with (socket.create_server(("127.0.0.1", 0)) as other,
-          socket.create_connection(other.getsockname()[:2])):  # fmt: skip
+    with (
+        socket.create_server(("127.0.0.1", 0)) as other,
+        socket.create_connection(other.getsockname()[:2]),
+    ):
         other.accept()[0].close()  # one more passive open: the next read would dump
         assert not meter.due(60.0), "a walk within the gap waits"
         assert meter.due(0.0), "after the gap it is due again"

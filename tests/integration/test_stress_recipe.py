@@ -42,8 +42,9 @@ def busy_cpus() -> Iterator[list[int]]:
 
 def _wedge_for(wedge_factory: Any, name: str) -> Any:
     spec = CATALOG[name].spec
-    return wedge_factory(prefill=spec.prefill, decode=spec.decode,
-                         router_args=spec.router_args, stub=spec.stub)  # fmt: skip
+    return wedge_factory(
+        prefill=spec.prefill, decode=spec.decode, router_args=spec.router_args, stub=spec.stub
+    )
 
 
 def test_a_kv_blackhole_is_located_on_its_link_under_cpu_pressure(

@@ -70,8 +70,13 @@ def wait_ok(url: str, proc: Proc, deadline_s: float = 15.0) -> None:
         except httpx.HTTPError:
             return False
 
-    wait_for(answers, timeout_s=deadline_s, what=f"{url} to answer 200", interval_s=0.05,
-             describe=proc.tail)  # fmt: skip
+    wait_for(
+        answers,
+        timeout_s=deadline_s,
+        what=f"{url} to answer 200",
+        interval_s=0.05,
+        describe=proc.tail,
+    )
 
 
 def poll_until(fn: Any, deadline_s: float, what: str) -> Any:
@@ -81,8 +86,9 @@ def poll_until(fn: Any, deadline_s: float, what: str) -> Any:
         last[0] = fn()
         return last[0]
 
-    return wait_for(check, timeout_s=deadline_s, what=what, interval_s=0.05,
-                    describe=lambda: repr(last[0]))  # fmt: skip
+    return wait_for(
+        check, timeout_s=deadline_s, what=what, interval_s=0.05, describe=lambda: repr(last[0])
+    )
 
 
 class PD:

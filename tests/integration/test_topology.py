@@ -108,5 +108,9 @@ def test_router_in_flight_gauge_rises_during_a_request(wedge):
     [record] = wedge.ledger.by_origin("harness")
     assert (record.state, record.tokens) == ("ok", 20)
     # ...and falls back once the request is done: the gauge counts requests, not history.
-    wait_for(lambda: active() == 0, timeout_s=5, what="the router's in-flight gauge to return to 0",
-             describe=lambda: f"smg_worker_requests_active={active():g}")  # fmt: skip
+    wait_for(
+        lambda: active() == 0,
+        timeout_s=5,
+        what="the router's in-flight gauge to return to 0",
+        describe=lambda: f"smg_worker_requests_active={active():g}",
+    )

@@ -56,29 +56,59 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     options = StubOptions(transfer_timeout_s=TRANSFER_TIMEOUT_S, ledger=False).argv()
     stub = [sys.executable, "-m", "pytest_wedge.stubs", "--host", "127.0.0.1", *options]
     argvs = {
-        "prefill-0": [*stub, "--role", "prefill", "--name", "prefill-0", "--port", str(prefill),
-                      "--bootstrap-port", str(bootstrap)],
+        "prefill-0": [
+            *stub,
+            "--role",
+            "prefill",
+            "--name",
+            "prefill-0",
+            "--port",
+            str(prefill),
+            "--bootstrap-port",
+            str(bootstrap),
+        ],
         # The router announces the prefill's real bootstrap port; this decode sends that KV to
         # kv_listen, where the plugin's decode-0->prefill-0 proxy will listen.
-        "decode-0": [*stub, "--role", "decode", "--name", "decode-0", "--port", str(decode),
-                     "--bootstrap-route", f"127.0.0.1:{bootstrap}=127.0.0.1:{kv_listen}"],
-    }  # fmt: skip
+        "decode-0": [
+            *stub,
+            "--role",
+            "decode",
+            "--name",
+            "decode-0",
+            "--port",
+            str(decode),
+            "--bootstrap-route",
+            f"127.0.0.1:{bootstrap}=127.0.0.1:{kv_listen}",
+        ],
+    }
     logs: Path = tmp_path_factory.mktemp("url-workers")
     procs = []
     try:
         for name, argv in argvs.items():
             with open(logs / f"{name}.log", "wb") as log:
-                procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                )
         for port in (prefill, decode):
-            wait_for(lambda port=port: _healthy(port), timeout_s=30,  # type: ignore[misc]
-                     what=f"the test's own worker on {port} to answer /health")  # fmt: skip
+            wait_for(
+                lambda port=port: _healthy(port),
+                timeout_s=30,  # type: ignore[misc]
+                what=f"the test's own worker on {port} to answer /health",
+            )
         yield Running(
-            prefill={"kind": "url", "urls": [f"http://127.0.0.1:{prefill}"],
-                     "bootstrap_ports": [bootstrap]},
-            decode={"kind": "url", "urls": [f"http://127.0.0.1:{decode}"],
-                    "kv_listen": [[kv_listen]]},
-        )  # fmt: skip
+            prefill={
+                "kind": "url",
+                "urls": [f"http://127.0.0.1:{prefill}"],
+                "bootstrap_ports": [bootstrap],
+            },
+            decode={
+                "kind": "url",
+                "urls": [f"http://127.0.0.1:{decode}"],
+                "kv_listen": [[kv_listen]],
+            },
+        )
         assert all(proc.poll() is None for proc in procs)  # the plugin left them alone
     finally:
         for proc in procs:
@@ -90,15 +120,21 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 
 def on_url_workers(name: str, workers: Running, wedge_factory: Any) -> tuple[Wedge, Scenario]:
     catalogued = CATALOG[name]
-    spec = dataclasses.replace(catalogued.spec,
-                               prefill_worker=worker_spec(workers.prefill, "prefill"),
-                               decode_worker=worker_spec(workers.decode, "decode"))  # fmt: skip
+    spec = dataclasses.replace(
+        catalogued.spec,
+        prefill_worker=worker_spec(workers.prefill, "prefill"),
+        decode_worker=worker_spec(workers.decode, "decode"),
+    )
     # The catalog's stub watchdog needs the control API: the decode's own timeout replaces it.
     scenario = dataclasses.replace(catalogued, spec=spec, watchdogs=())
-    wedge: Wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode,
-                                 router_args=spec.router_args, stub=spec.stub,
-                                 prefill_worker=workers.prefill,
-                                 decode_worker=workers.decode)  # fmt: skip
+    wedge: Wedge = wedge_factory(
+        prefill=spec.prefill,
+        decode=spec.decode,
+        router_args=spec.router_args,
+        stub=spec.stub,
+        prefill_worker=workers.prefill,
+        decode_worker=workers.decode,
+    )
     topology = wedge.topology
     assert topology.spec == spec
     # Not ours: nothing started, paused or restarted by the plugin, no control API...
@@ -109,8 +145,7 @@ def on_url_workers(name: str, workers: Running, wedge_factory: Any) -> tuple[Wed
     return wedge, scenario
 
 
-def test_a_paused_router_is_located_with_url_workers(workers: Running,
-                                                     wedge_factory: Any) -> None:  # fmt: skip
+def test_a_paused_router_is_located_with_url_workers(workers: Running, wedge_factory: Any) -> None:
     wedge, scenario = on_url_workers("stray-requester-masks-router-wedge", workers, wedge_factory)
     result = run_scenario(wedge, scenario)  # asserts located_at = router, stray-1 named
     diagnosis = result.diagnosis
@@ -121,12 +156,13 @@ def test_a_paused_router_is_located_with_url_workers(workers: Running,
     for name in ("prefill-0", "decode-0"):
         (line,) = [line for line in lines if line.startswith(f"{name}: ")]
         assert line.startswith(f"{name}: url ") and "not started or stopped" in line, line
-    assert any(line.startswith("not through Toxiproxy: the processes of prefill-0, decode-0 "
-                               "(url workers)") for line in lines), lines  # fmt: skip
+    assert any(
+        line.startswith("not through Toxiproxy: the processes of prefill-0, decode-0 (url workers)")
+        for line in lines
+    ), lines
 
 
-def test_a_kv_black_hole_is_located_with_url_workers(workers: Running,
-                                                     wedge_factory: Any) -> None:  # fmt: skip
+def test_a_kv_black_hole_is_located_with_url_workers(workers: Running, wedge_factory: Any) -> None:
     wedge, scenario = on_url_workers("kv-transfer-blackhole", workers, wedge_factory)
     result = run_scenario(wedge, scenario)  # asserts the location and the clearing budget
     diagnosis = result.diagnosis
@@ -136,8 +172,9 @@ def test_a_kv_black_hole_is_located_with_url_workers(workers: Running,
     assert result.check is not None  # cleared within the catalog's budget
 
 
-def test_url_workers_refuse_component_and_engine_faults(workers: Running,
-                                                        wedge_factory: Any) -> None:  # fmt: skip
+def test_url_workers_refuse_component_and_engine_faults(
+    workers: Running, wedge_factory: Any
+) -> None:
     wedge, _ = on_url_workers("stray-requester-masks-router-wedge", workers, wedge_factory)
     with pytest.raises(ConfigError) as raised:
         wedge.apply(Pause(target="decode-0"))

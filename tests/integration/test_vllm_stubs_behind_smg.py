@@ -27,22 +27,33 @@ def on_vllm_stubs(scenario: Scenario) -> Scenario:
 
 def open_on(wedge_factory: Any, scenario: Scenario) -> Wedge:
     spec = scenario.spec
-    wedge: Wedge = wedge_factory(prefill=spec.prefill, decode=spec.decode,
-                                 router_args=spec.router_args, stub=spec.stub)  # fmt: skip
+    wedge: Wedge = wedge_factory(
+        prefill=spec.prefill, decode=spec.decode, router_args=spec.router_args, stub=spec.stub
+    )
     return wedge
 
 
 def test_smg_runs_vllm_stubs_sequentially_with_the_prefills_handle(wedge_factory: Any) -> None:
     wedge = open_on(wedge_factory, on_vllm_stubs(CATALOG["kv-transfer-blackhole"]))
-    body = {"model": "stub-model", "messages": [{"role": "user", "content": "hi " * 20}],
-            "max_tokens": 4, "stream": False, "user": "harness"}  # fmt: skip
-    answer = httpx.post(f"{wedge.url}/v1/chat/completions", json=body,
-                        headers={"X-Request-ID": "seq-1"}, timeout=20)  # fmt: skip
+    body = {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "hi " * 20}],
+        "max_tokens": 4,
+        "stream": False,
+        "user": "harness",
+    }
+    answer = httpx.post(
+        f"{wedge.url}/v1/chat/completions", json=body, headers={"X-Request-ID": "seq-1"}, timeout=20
+    )
     assert answer.status_code == 200, answer.text
-    (prefill,) = [e for e in wedge.topology.stub("prefill-0").ledger()["entries"]
-                  if e["request_id"] == "seq-1"]  # fmt: skip
-    (decode,) = [e for e in wedge.topology.stub("decode-0").ledger()["entries"]
-                 if e["request_id"] == "seq-1"]  # fmt: skip
+    (prefill,) = [
+        e
+        for e in wedge.topology.stub("prefill-0").ledger()["entries"]
+        if e["request_id"] == "seq-1"
+    ]
+    (decode,) = [
+        e for e in wedge.topology.stub("decode-0").ledger()["entries"] if e["request_id"] == "seq-1"
+    ]
     assert prefill["max_tokens"] == 1 and decode["max_tokens"] == 4
     # Sequential, and the decode pulled the very KV the prefill held (the same room).
     assert prefill["t"]["kv_ready"] <= decode["t"]["arrived"]

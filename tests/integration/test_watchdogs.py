@@ -33,8 +33,9 @@ def test_the_budget_runs_from_the_first_request_sent_when_the_client_is_late(wed
     # A loaded CI runner can take seconds to send its first request after the fault; the
     # watchdog cannot act on a wedge that holds nothing yet, so that time is not its budget.
     late_client_s = 2.0
-    with wedge.expect_cleared(within_s=3.5, watchdogs=[RequestTimeout(2)],
-                              require_recovery=False) as check:  # fmt: skip
+    with wedge.expect_cleared(
+        within_s=3.5, watchdogs=[RequestTimeout(2)], require_recovery=False
+    ) as check:
         wedge.apply(StallAfterTokens("decode-0", tokens=3))
         time.sleep(late_client_s)  # the client is late on purpose: nothing to wait for
         wedge.harness(agents=5, rounds=1, client_timeout_s=30)
@@ -47,8 +48,9 @@ def test_the_budget_runs_from_the_first_request_sent_when_the_client_is_late(wed
 
 @REQUEST_TIMEOUT
 def test_router_request_timeout_clears_half_open_streams_within_budget(wedge):
-    with wedge.expect_cleared(within_s=3.5, watchdogs=[RequestTimeout(2)],
-                              require_recovery=False) as check:  # fmt: skip
+    with wedge.expect_cleared(
+        within_s=3.5, watchdogs=[RequestTimeout(2)], require_recovery=False
+    ) as check:
         half_open_streams(wedge)
     assert 1.9 <= check.time_to_clear_s <= 3.5
     assert check.watchdog_rows[0]["fired"] is True
@@ -58,8 +60,9 @@ def test_router_request_timeout_clears_half_open_streams_within_budget(wedge):
 
 @REQUEST_TIMEOUT
 def test_router_request_timeout_fails_a_budget_below_what_it_can_do(wedge):
-    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
-        within_s=1.0, watchdogs=[RequestTimeout(2)], require_recovery=False
+    with (
+        pytest.raises(NotClearedError) as failure,
+        wedge.expect_cleared(within_s=1.0, watchdogs=[RequestTimeout(2)], require_recovery=False),
     ):
         half_open_streams(wedge)
     message = str(failure.value)
@@ -71,8 +74,11 @@ def test_router_request_timeout_fails_a_budget_below_what_it_can_do(wedge):
 
 @STREAM_BODY_STALL
 def test_stream_body_stall_timeout_does_not_clear_a_stalled_decode(wedge):
-    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
-        within_s=2.5, watchdogs=[StreamBodyStallTimeout(1)], require_recovery=False
+    with (
+        pytest.raises(NotClearedError) as failure,
+        wedge.expect_cleared(
+            within_s=2.5, watchdogs=[StreamBodyStallTimeout(1)], require_recovery=False
+        ),
     ):
         half_open_streams(wedge)
     assert "router --stream-body-stall-timeout-secs 1: armed, did not fire" in str(failure.value)
@@ -82,8 +88,9 @@ def test_stream_body_stall_timeout_does_not_clear_a_stalled_decode(wedge):
 def pinned_prefill(wedge):
     wedge.apply(PinOnAbort())
     long_prompt = {"messages": [{"role": "user", "content": "x" * 400}]}
-    aborter = Aborter(wedge.url, count=1, abort_after_s=0.2, ledger=wedge.ledger,
-                      extra_body=long_prompt)  # fmt: skip
+    aborter = Aborter(
+        wedge.url, count=1, abort_after_s=0.2, ledger=wedge.ledger, extra_body=long_prompt
+    )
     wedge.track(aborter).start()
     assert aborter.wait(10)
     # With one running slot, every later request queues behind the pinned one.
@@ -101,8 +108,9 @@ def test_inflight_pin_watchdog_clears_an_abort_pin_within_budget(wedge):
 
 @SLOW_PREFILL_ONE_SLOT
 def test_inflight_pin_watchdog_fails_a_budget_below_its_threshold(wedge):
-    with pytest.raises(NotClearedError, match=r"not cleared within 0\.3 s"), wedge.expect_cleared(
-        within_s=0.3, watchdogs=[InflightPinWatchdog(2.0)]
+    with (
+        pytest.raises(NotClearedError, match=r"not cleared within 0\.3 s"),
+        wedge.expect_cleared(within_s=0.3, watchdogs=[InflightPinWatchdog(2.0)]),
     ):
         pinned_prefill(wedge)
 
@@ -126,8 +134,9 @@ def test_reference_co_restart_watchdog_clears_a_decode_only_restart(wedge):
 
 @FAST_BREAKER
 def test_co_restart_watchdog_fails_a_budget_below_what_it_can_do(wedge):
-    with pytest.raises(NotClearedError) as failure, wedge.expect_cleared(
-        within_s=0.3, watchdogs=[CoRestartWatchdog(overdue_after_s=0.5)]
+    with (
+        pytest.raises(NotClearedError) as failure,
+        wedge.expect_cleared(within_s=0.3, watchdogs=[CoRestartWatchdog(overdue_after_s=0.5)]),
     ):
         transfer_wedge(wedge)
     assert "not cleared within 0.3 s" in str(failure.value)

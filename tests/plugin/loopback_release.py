@@ -43,7 +43,9 @@ def serve_release(directory: Path, binary: Path = TOXIPROXY) -> Iterator[Release
     shutil.copy2(binary, asset)
     sha256 = hashlib.sha256(asset.read_bytes()).hexdigest()
     (directory / "checksums.txt").write_text(f"{sha256}  {asset.name}\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory))
+    )
     thread = threading.Thread(target=server.serve_forever, name="loopback-release", daemon=True)
     thread.start()
     try:

@@ -29,15 +29,24 @@ SCRIPT = Path(sys.executable).with_name("pytest-wedge")
 SESSION_ENV = "PYTEST_WEDGE_SESSION"
 
 
-def cli(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout, check=False)  # fmt: skip
+def cli(
+    *args: object, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def version_of(binary: Path) -> str:
-    return subprocess.run([str(binary), "-version"], capture_output=True, text=True,
-                          check=True, timeout=30).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        [str(binary), "-version"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -58,8 +67,17 @@ def test_the_console_script_is_installed() -> None:
 
 def test_download_installs_the_checked_release_binary(release: Release, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
-    done = cli("install-toxiproxy", "--method", "download", "--base-url", release.url,
-               "--checksums", release.checksums, "--dest", dest)  # fmt: skip
+    done = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url,
+        "--checksums",
+        release.checksums,
+        "--dest",
+        dest,
+    )
     assert done.returncode == 0, done.stderr
     assert f"downloading {release.url}/{release.asset}" in done.stdout
     installed = dest / "toxiproxy-server"
@@ -67,27 +85,50 @@ def test_download_installs_the_checked_release_binary(release: Release, tmp_path
     assert os.access(installed, os.X_OK)
     assert hashlib.sha256(installed.read_bytes()).hexdigest() == release.sha256
     assert version_of(installed) == "toxiproxy-server version 2.12.0"
-    again = cli("install-toxiproxy", "--method", "download", "--base-url", release.url,
-                "--checksums", release.checksums, "--dest", dest)  # fmt: skip
+    again = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url,
+        "--checksums",
+        release.checksums,
+        "--dest",
+        dest,
+    )
     assert again.returncode == 0 and "already" in again.stdout
 
 
 def test_base_url_and_checksums_can_come_from_the_environment(
     release: Release, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTEST_WEDGE_TOXIPROXY_URL": release.url,
-           "PYTEST_WEDGE_TOXIPROXY_CHECKSUMS": str(release.checksums)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTEST_WEDGE_TOXIPROXY_URL": release.url,
+        "PYTEST_WEDGE_TOXIPROXY_CHECKSUMS": str(release.checksums),
+    }
     done = cli("install-toxiproxy", "--method", "download", "--dest", tmp_path / "d", env=env)
     assert done.returncode == 0, done.stderr
     assert version_of(tmp_path / "d" / "toxiproxy-server") == "toxiproxy-server version 2.12.0"
 
 
-def test_a_checksum_mismatch_is_refused_and_leaves_nothing(release: Release, tmp_path: Path) -> None:
+def test_a_checksum_mismatch_is_refused_and_leaves_nothing(
+    release: Release, tmp_path: Path
+) -> None:
     wrong = tmp_path / "wrong.txt"
     wrong.write_text(f"{'0' * 64}  {release.asset}\n")
     dest = tmp_path / "new-dest"
-    done = cli("install-toxiproxy", "--method", "download", "--base-url", release.url,
-               "--checksums", wrong, "--dest", dest)  # fmt: skip
+    done = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url,
+        "--checksums",
+        wrong,
+        "--dest",
+        dest,
+    )
     assert done.returncode == 1
     assert "does not match its pinned SHA-256; it was not installed" in done.stderr
     assert f"expected: {'0' * 64}" in done.stderr
@@ -96,7 +137,9 @@ def test_a_checksum_mismatch_is_refused_and_leaves_nothing(release: Release, tmp
     assert not dest.exists()  # the directory it created is gone again
 
 
-def test_a_checksum_mismatch_keeps_an_earlier_binary_untouched(release: Release, tmp_path: Path) -> None:
+def test_a_checksum_mismatch_keeps_an_earlier_binary_untouched(
+    release: Release, tmp_path: Path
+) -> None:
     wrong = tmp_path / "wrong.txt"
     wrong.write_text(f"{'f' * 64}  {release.asset}\n")
     dest = tmp_path / "bin"
@@ -104,29 +147,56 @@ def test_a_checksum_mismatch_keeps_an_earlier_binary_untouched(release: Release,
     earlier = dest / "toxiproxy-server"
     earlier.write_text("#!/bin/sh\necho toxiproxy-server version 2.11.0\n")
     earlier.chmod(0o755)
-    done = cli("install-toxiproxy", "--method", "download", "--base-url", release.url,
-               "--checksums", wrong, "--dest", dest)  # fmt: skip
+    done = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url,
+        "--checksums",
+        wrong,
+        "--dest",
+        dest,
+    )
     assert done.returncode == 1
     assert sorted(p.name for p in dest.iterdir()) == ["toxiproxy-server"]
     assert "2.11.0" in earlier.read_text()
 
 
-def test_the_pinned_table_is_what_a_download_is_checked_against(release: Release, tmp_path: Path) -> None:
+def test_the_pinned_table_is_what_a_download_is_checked_against(
+    release: Release, tmp_path: Path
+) -> None:
     """Our locally built binary is not the published release file: the pinned SHA-256 of
     this platform's asset refuses it."""
     pinned = SHA256[asset_name()]
     if release.sha256 == pinned:
         pytest.skip("this machine's toxiproxy-server is the release file itself")
-    done = cli("install-toxiproxy", "--method", "download", "--base-url", release.url,
-               "--dest", tmp_path / "dest")  # fmt: skip
+    done = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url,
+        "--dest",
+        tmp_path / "dest",
+    )
     assert done.returncode == 1
     assert f"expected: {pinned}" in done.stderr
     assert not (tmp_path / "dest").exists()
 
 
 def test_a_missing_release_file_is_a_plain_error(release: Release, tmp_path: Path) -> None:
-    done = cli("install-toxiproxy", "--method", "download", "--base-url", release.url + "/v0",
-               "--checksums", release.checksums, "--dest", tmp_path / "dest")  # fmt: skip
+    done = cli(
+        "install-toxiproxy",
+        "--method",
+        "download",
+        "--base-url",
+        release.url + "/v0",
+        "--checksums",
+        release.checksums,
+        "--dest",
+        tmp_path / "dest",
+    )
     assert done.returncode == 1
     assert f"Cannot download {release.asset}" in done.stderr
     assert "404" in done.stderr
@@ -140,8 +210,9 @@ def _module_cache() -> Path | None:
     go = shutil.which("go")
     if go is None:
         return None
-    cache = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True,
-                           timeout=30, check=False).stdout.strip()  # fmt: skip
+    cache = subprocess.run(
+        [go, "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout.strip()
     download = Path(cache) / "cache" / "download" / "github.com" / "!shopify" / "toxiproxy"
     return Path(cache) / "cache" / "download" if download.is_dir() else None
 
@@ -226,16 +297,36 @@ class Output:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_up_prints_every_url_and_link_serves_and_stops_cleanly(tmp_path: Path, stop: signal.Signals) -> None:
+def test_up_prints_every_url_and_link_serves_and_stops_cleanly(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     proc = subprocess.Popen(
-        [str(SCRIPT), "up", "--toxiproxy", str(TOXIPROXY), "--decode", "2",
-         "--artifacts", str(tmp_path / "artifacts"), "--", "--request-timeout-secs", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            str(SCRIPT),
+            "up",
+            "--toxiproxy",
+            str(TOXIPROXY),
+            "--decode",
+            "2",
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+            "--",
+            "--request-timeout-secs",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
     out = Output(proc)
     try:
-        wait_for(lambda: any(line.startswith("up;") for line in out.lines) or proc.poll() is not None,
-                 timeout_s=90, what="pytest-wedge up to print its URLs", describe=out.text)  # fmt: skip
+        wait_for(
+            lambda: any(line.startswith("up;") for line in out.lines) or proc.poll() is not None,
+            timeout_s=90,
+            what="pytest-wedge up to print its URLs",
+            describe=out.text,
+        )
         assert proc.poll() is None, out.text()
         text = out.text()
         client = re.search(r"^client\s+(http://127\.0\.0\.1:\d+)\s", text, re.M)
@@ -243,9 +334,17 @@ def test_up_prints_every_url_and_link_serves_and_stops_cleanly(tmp_path: Path, s
         assert client and session, text
         for name in ("router", "prefill-0", "decode-0", "decode-1", "toxiproxy"):
             assert re.search(rf"^{name}\s+http://127\.0\.0\.1:\d+", text, re.M), name
-        for link in ("client->router", "router->prefill-0", "router->decode-0", "router->decode-1",
-                     "decode-0->prefill-0", "decode-1->prefill-0"):  # fmt: skip
-            assert re.search(rf"^\s+{re.escape(link)}\s+127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+", text, re.M), link
+        for link in (
+            "client->router",
+            "router->prefill-0",
+            "router->decode-0",
+            "router->decode-1",
+            "decode-0->prefill-0",
+            "decode-1->prefill-0",
+        ):
+            assert re.search(
+                rf"^\s+{re.escape(link)}\s+127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+", text, re.M
+            ), link
         with httpx.Client(trust_env=False, timeout=10) as http:
             models = http.get(client.group(1) + "/v1/models")
             assert models.status_code == 200 and "stub-model" in models.text

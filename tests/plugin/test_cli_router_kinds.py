@@ -30,9 +30,15 @@ def doctor(tmp_path: Path, envs: Path, *args: str, **extra_env: str) -> dict[str
     """Run doctor; return {check name: its line}."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_WEDGE_ROUTER"}
     env.update({ENV_DIR_VARIABLE: str(envs), **extra_env})
-    done = subprocess.run([str(SCRIPT), "doctor", "--toxiproxy", str(TOXIPROXY), *args],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(SCRIPT), "doctor", "--toxiproxy", str(TOXIPROXY), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = {}
     for line in done.stdout.splitlines():
@@ -96,11 +102,25 @@ def test_up_brings_up_the_router_kind_it_is_given(tmp_path: Path) -> None:
     if env is None:  # made on first use by test_router_kinds; never installed from here
         pytest.skip(f"the vllm-router venv is not made yet under {ENVS}")
     proc = subprocess.Popen(
-        [str(SCRIPT), "up", "--toxiproxy", str(TOXIPROXY), "--router", "vllm-router",
-         "--worker-protocol", "vllm", "--artifacts", str(tmp_path / "artifacts"), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        [
+            str(SCRIPT),
+            "up",
+            "--toxiproxy",
+            str(TOXIPROXY),
+            "--router",
+            "vllm-router",
+            "--worker-protocol",
+            "vllm",
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
         env={**os.environ, ENV_DIR_VARIABLE: str(ENVS)},
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())  # the one JSON line, once the topology is up

@@ -43,8 +43,9 @@ def named(lang: str) -> dict[str, str]:
 PY_FILES = named("python")
 TESTS = {name: body for name, body in PY_FILES.items() if Path(name).name.startswith("test_")}
 SCRIPTS = {name: body for name, body in PY_FILES.items() if name not in TESTS}
-SCENARIO_FILES = {name: body for name, body in named("toml").items()
-                  if name.startswith("scenarios/")}  # fmt: skip
+SCENARIO_FILES = {
+    name: body for name, body in named("toml").items() if name.startswith("scenarios/")
+}
 
 
 def toxiproxy_arg(request: pytest.FixtureRequest) -> str:
@@ -53,7 +54,11 @@ def toxiproxy_arg(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.timeout(120)
 def test_the_guide_has_examples_of_every_kind():
-    assert TESTS and SCRIPTS and SCENARIO_FILES, (sorted(TESTS), sorted(SCRIPTS), sorted(SCENARIO_FILES))
+    assert TESTS and SCRIPTS and SCENARIO_FILES, (
+        sorted(TESTS),
+        sorted(SCRIPTS),
+        sorted(SCENARIO_FILES),
+    )
 
 
 @pytest.mark.timeout(120)
@@ -110,13 +115,25 @@ def test_the_guide_shows_every_key_of_the_format():
         for table in data.get("load", {}).get("stray", []):
             used["load"] |= {"stray.target"} if "target" in table else set()
     expected = {
-        "top": {"name", "summary", "incident", "timeout_s", "topology", "load", "faults",
-                "watchdogs", "expect", "faults.at_s", "faults.for_s", "watchdogs.expect_fire"},
+        "top": {
+            "name",
+            "summary",
+            "incident",
+            "timeout_s",
+            "topology",
+            "load",
+            "faults",
+            "watchdogs",
+            "expect",
+            "faults.at_s",
+            "faults.for_s",
+            "watchdogs.expect_fire",
+        },
         "topology": {f.name for f in fields(TopologySpec) if f.name not in BOOKKEEPING_FIELDS}
         | {"runtime"},
         "load": {"warmup_requests", "harness", "stray", "aborter", "stray.target"},
         "expect": {f.name for f in fields(Expect)},
-    }  # fmt: skip
+    }
     for part, keys in expected.items():
         assert keys <= used[part], f"{part}: the guide never shows {sorted(keys - used[part])}"
 

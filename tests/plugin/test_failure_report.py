@@ -76,11 +76,13 @@ def test_the_report_shows_the_fault_that_was_active_when_the_assertion_failed(
     # test_3's scheduled error also fails its teardown, as FaultSet documents.
     result.assert_outcomes(passed=1, failed=2, errors=1)
     assert "the wedge report failed" not in result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "*- wedge -*",
-        "moment: at failure, fault Pause(router) active (+*s into the test)",
-        "wedge located at router*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*- wedge -*",
+            "moment: at failure, fault Pause(router) active (+*s into the test)",
+            "wedge located at router*",
+        ]
+    )
     run_dir = (pytester.path / ".wedge-artifacts" / "latest").resolve()
     folder = artifacts_of(run_dir, "test_2_asserts_the_wrong_location")
     summary = json.loads((folder / "diagnosis.json").read_text())
@@ -168,17 +170,36 @@ def test_a_ctrl_c_during_a_hang_gets_a_report_taken_before_teardown(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_hang=HANGS)
-    command = [sys.executable, "-m", "pytest", f"--wedge-toxiproxy={TOXIPROXY}",
-               "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:timeout"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--wedge-toxiproxy={TOXIPROXY}",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:timeout",
+    ]
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # A run started in the background by a non-interactive shell inherits SIGINT ignored,
     # and Python then installs no KeyboardInterrupt handler: give the child the default back.
-    proc = subprocess.Popen(command, cwd=pytester.path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        command,
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
-        wait_for(lambda: (pytester.path / "hanging").exists() or proc.poll() is not None,
-                 timeout_s=120, what="the test to hang on the paused router")  # fmt: skip
+        wait_for(
+            lambda: (pytester.path / "hanging").exists() or proc.poll() is not None,
+            timeout_s=120,
+            what="the test to hang on the paused router",
+        )
         assert proc.poll() is None, proc.communicate()[0]
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
@@ -191,8 +212,9 @@ def test_a_ctrl_c_during_a_hang_gets_a_report_taken_before_teardown(
     assert "moment: at Ctrl-C, fault Pause(router) active" in out
     assert "wedge located at router" in out
     run_dir = (pytester.path / ".wedge-artifacts" / "latest").resolve()
-    summary = json.loads((artifacts_of(run_dir, "test_hangs_until_interrupted")
-                          / "diagnosis.json").read_text())  # fmt: skip
+    summary = json.loads(
+        (artifacts_of(run_dir, "test_hangs_until_interrupted") / "diagnosis.json").read_text()
+    )
     assert summary["test"]["outcome"] == "interrupted"
     assert summary["moment"]["components"]["router"] == "paused"
 
@@ -216,7 +238,9 @@ def test_xdist_workers_write_into_one_run_folder(pytester: pytest.Pytester) -> N
     assert [p.name for p in base.glob("run-*")] == ["run-1"]
     run_dir = (base / "latest").resolve()
     assert sorted(p.name for p in (run_dir / "tests").iterdir()) == [
-        "test_two.py_test_a", "test_two.py_test_b"]  # fmt: skip
+        "test_two.py_test_a",
+        "test_two.py_test_b",
+    ]
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("gw")) == ["gw0", "gw1"]
     assert not (run_dir / ".lock").exists()  # released when the run ended
 

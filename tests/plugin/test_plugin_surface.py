@@ -22,10 +22,12 @@ def test_missing_toxiproxy_is_a_usage_error_naming_the_fix(pytester, monkeypatch
     pytester.makepyfile(USES_WEDGE)
     result = pytester.runpytest_subprocess("--wedge-toxiproxy", "/nonexistent/toxiproxy-server")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*toxiproxy-server given by --wedge-toxiproxy is not an executable file*",
-        "*To fix this: run `pytest-wedge install-toxiproxy`*",  # no Makefile in a user's project
-    ])  # fmt: skip
+    result.stderr.fnmatch_lines(
+        [
+            "*toxiproxy-server given by --wedge-toxiproxy is not an executable file*",
+            "*To fix this: run `pytest-wedge install-toxiproxy`*",  # no Makefile in a user's project
+        ]
+    )
 
 
 def test_toxiproxy_absent_everywhere_is_a_usage_error(pytester, monkeypatch):
@@ -57,12 +59,14 @@ def test_bad_marker_fails_only_its_own_test_naming_it(pytester):
     """)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines([
-        "*test_bad_marker_fails_only_its_own_test_naming_it.py::test_typo: bad @pytest.mark.wedge",
-        "Bad wedge marker arguments",
-        "*unexpected keyword argument 'decoders'*",
-        "To fix this: see the signature: wedge(*, prefill: int = 1, decode: int = 1,*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*test_bad_marker_fails_only_its_own_test_naming_it.py::test_typo: bad @pytest.mark.wedge",
+            "Bad wedge marker arguments",
+            "*unexpected keyword argument 'decoders'*",
+            "To fix this: see the signature: wedge(*, prefill: int = 1, decode: int = 1,*",
+        ]
+    )
 
 
 def test_bad_runtime_value_names_its_source(pytester):
@@ -110,9 +114,13 @@ def test_docker_runtime_without_a_daemon_is_a_usage_error(pytester, monkeypatch,
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     pytester.makepyfile(USES_WEDGE)
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
-    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}", "--wedge-runtime=docker")
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={toxiproxy}", "--wedge-runtime=docker"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*No Docker daemon answered*", "*To fix this: run `make docker-up`*"])
+    result.stderr.fnmatch_lines(
+        ["*No Docker daemon answered*", "*To fix this: run `make docker-up`*"]
+    )
 
 
 def test_faults_are_reverted_after_a_failing_test(pytester, request):
@@ -138,7 +146,9 @@ def test_faults_are_reverted_after_a_failing_test(pytester, request):
     result.assert_outcomes(passed=1, failed=1)
 
 
-def test_a_test_hanging_past_pytest_timeout_still_gets_its_wedge_report(pytester, request, monkeypatch):
+def test_a_test_hanging_past_pytest_timeout_still_gets_its_wedge_report(
+    pytester, request, monkeypatch
+):
     mark = uuid.uuid4().hex
     monkeypatch.setenv("WEDGE_LEAK_MARK", mark)
     pytester.makepyfile("""
@@ -156,8 +166,11 @@ def test_a_test_hanging_past_pytest_timeout_still_gets_its_wedge_report(pytester
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
     artifacts = pytester.path / "artifacts"
     result = pytester.runpytest_subprocess(
-        f"--wedge-toxiproxy={toxiproxy}", f"--wedge-artifacts={artifacts}",
-        "--junitxml=junit.xml", "-p", "no:cacheprovider",
+        f"--wedge-toxiproxy={toxiproxy}",
+        f"--wedge-artifacts={artifacts}",
+        "--junitxml=junit.xml",
+        "-p",
+        "no:cacheprovider",
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*Timeout*", "*- wedge -*", "*wedge located at router*"])

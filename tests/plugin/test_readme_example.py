@@ -15,5 +15,7 @@ def test_readme_example_passes(pytester, request):
     assert example, "README.md has no python example"
     pytester.makepyfile(test_readme=example.group(1))
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
-    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={toxiproxy}", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={toxiproxy}", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1)

@@ -39,14 +39,16 @@ def test_fails_while_the_router_is_paused(wedge):
 """
 
 
-def run_failing(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                keywords: str) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def run_failing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, keywords: str
+) -> tuple[str, dict[str, Any]]:
     """Run the failing test; return its terminal wedge section and its diagnosis.json."""
     monkeypatch.setenv(ENV_DIR_VARIABLE, str(ENVS))
     pytester.makepyfile(test_versions=FAILS_IN_A_PAUSED_ROUTER.format(keywords=keywords))
     junit = f"--junitxml={pytester.path / 'junit.xml'}"
-    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", "-p", "no:randomly",
-                                           "-p", "no:cacheprovider", junit)  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={TOXIPROXY}", "-p", "no:randomly", "-p", "no:cacheprovider", junit
+    )
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     section = text[text.index("- wedge -") :]
@@ -77,10 +79,13 @@ def test_a_report_on_smg_names_every_component_its_version_and_how_it_started(
             "python -m pytest_wedge.stubs, started by pytest-wedge on the process runtime" in line
         )
         assert "ledger-less" not in line
-    assert (f"toxiproxy: toxiproxy-server 2.12.0 ({TOXIPROXY}; started by pytest-wedge for the "
-            "session, on the process runtime)") in lines  # fmt: skip
-    assert any(x.startswith("not through Toxiproxy: the registration-time TCP connect")
-               for x in lines)  # fmt: skip
+    assert (
+        f"toxiproxy: toxiproxy-server 2.12.0 ({TOXIPROXY}; started by pytest-wedge for the "
+        "session, on the process runtime)"
+    ) in lines
+    assert any(
+        x.startswith("not through Toxiproxy: the registration-time TCP connect") for x in lines
+    )
     assert "no worker ledgers" not in section
 
     # JUnit carries the same section in the failed case's system-out.
@@ -104,16 +109,21 @@ def test_a_report_on_sglang_router_with_ledgerless_workers_says_so(
     env = ready_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version, ENVS)
     if env is None:  # made on first use by test_router_kinds; never installed from here
         pytest.skip(f"the sglang-router venv is not made yet under {ENVS}")
-    section, summary = run_failing(pytester, monkeypatch,
-                                   "router='sglang-router', stub={'ledger': False}")  # fmt: skip
+    section, summary = run_failing(
+        pytester, monkeypatch, "router='sglang-router', stub={'ledger': False}"
+    )
     lines = [line.strip() for line in section.splitlines()]
-    assert (f"router: sglang-router 0.3.2 ({env.script('sglang-router')}; built-in adapter, "
-            f"isolated venv {env.path}, on the process runtime)") in lines  # fmt: skip
+    assert (
+        f"router: sglang-router 0.3.2 ({env.script('sglang-router')}; built-in adapter, "
+        f"isolated venv {env.path}, on the process runtime)"
+    ) in lines
     for worker in ("prefill-0", "decode-0"):
         line = next(x for x in lines if x.startswith(f"{worker}: "))
         assert line.startswith(f"{worker}: sglang-protocol stub pytest-wedge "), line
-        assert line.endswith("; ledger-less (--ledgerless: no ledger, no control API), so the "
-                             "locator had no worker ledger of it)"), line  # fmt: skip
+        assert line.endswith(
+            "; ledger-less (--ledgerless: no ledger, no control API), so the "
+            "locator had no worker ledger of it)"
+        ), line
     # The diagnosis itself says it first, so no location reads as ledger-backed.
     assert "no worker ledgers: prefill-0, decode-0 run ledger-less" in section
     assert not any(x.startswith("not through Toxiproxy") for x in lines)  # none for this kind

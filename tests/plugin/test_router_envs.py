@@ -33,8 +33,13 @@ def test_a_second_use_installs_nothing() -> None:
     kind = SGLANG_ROUTER
     env = ensure_env(kind.package, kind.version)  # made here on a clean machine, else reused
     marker = (env.path / MARKER).stat().st_mtime_ns
-    done = subprocess.run([sys.executable, "-c", REUSE, kind.package, kind.version],
-                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", REUSE, kind.package, kind.version],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     path, started = done.stdout.splitlines()[:2]
     assert path == str(env.path)
     assert started.startswith("STARTED 0 "), started  # no pip, no venv: nothing at all ran
@@ -59,10 +64,16 @@ def test_the_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
 
 def test_two_processes_creating_at_once_install_once(tmp_path) -> None:
     """Two xdist workers on a clean cache: the lock makes one venv, with one install."""
-    code = ("import sys; from pathlib import Path; from pytest_wedge.routers.envs import "
-            "ensure_env; print(ensure_env('iniconfig', '2.0.0', Path(sys.argv[1])).path)")  # fmt: skip
-    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
-                             text=True) for _ in range(2)]  # fmt: skip
+    code = (
+        "import sys; from pathlib import Path; from pytest_wedge.routers.envs import "
+        "ensure_env; print(ensure_env('iniconfig', '2.0.0', Path(sys.argv[1])).path)"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outputs = [run.communicate(timeout=300)[0].strip() for run in runs]
     assert [run.returncode for run in runs] == [0, 0]
     assert outputs[0] == outputs[1] == str(tmp_path / "iniconfig-2.0.0")

@@ -17,6 +17,7 @@ def names() -> list[str]:
     """The built-in catalog now (read per test: scenario files may be added while we run)."""
     return sorted(s.name for s in catalog())
 
+
 MINE = "def test_mine():\n    pass\n"
 
 USER_SCENARIO = """
@@ -57,21 +58,29 @@ def test_a_node_id_on_the_command_line_selects_that_scenario(pytester: pytest.Py
 
 
 def test_k_and_deselect_select_by_name_and_node_id(pytester: pytest.Pytester) -> None:
-    picked = pytester.runpytest_subprocess("--wedge-scenarios", "-k", "blackhole or half-open",
-                                           "--co", "-q")  # fmt: skip
-    assert collected(picked) == ["wedge-scenarios::half-open-decode-stream",
-                                 "wedge-scenarios::kv-transfer-blackhole"]  # fmt: skip
+    picked = pytester.runpytest_subprocess(
+        "--wedge-scenarios", "-k", "blackhole or half-open", "--co", "-q"
+    )
+    assert collected(picked) == [
+        "wedge-scenarios::half-open-decode-stream",
+        "wedge-scenarios::kv-transfer-blackhole",
+    ]
     dropped = pytester.runpytest_subprocess(
         "--wedge-scenarios", "--deselect", "wedge-scenarios::kv-transfer-blackhole", "--co", "-q"
     )
-    assert collected(dropped) == [f"wedge-scenarios::{n}" for n in names() if n != "kv-transfer-blackhole"]
+    assert collected(dropped) == [
+        f"wedge-scenarios::{n}" for n in names() if n != "kv-transfer-blackhole"
+    ]
 
 
 def test_the_ini_setting_adds_the_catalog_to_the_users_tests(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ntestpaths = tests\nwedge_scenarios = kv-transfer-blackhole\n")
     pytester.mkdir("tests").joinpath("test_mine.py").write_text(MINE)
     both = pytester.runpytest_subprocess("--co", "-q")
-    assert collected(both) == ["tests/test_mine.py::test_mine", "wedge-scenarios::kv-transfer-blackhole"]
+    assert collected(both) == [
+        "tests/test_mine.py::test_mine",
+        "wedge-scenarios::kv-transfer-blackhole",
+    ]
     # Test paths on the command line narrow the run to them, as they do with testpaths.
     narrowed = pytester.runpytest_subprocess("tests/test_mine.py", "--co", "-q")
     assert collected(narrowed) == ["tests/test_mine.py::test_mine"]
@@ -84,40 +93,55 @@ def test_the_option_alone_runs_only_the_catalog(pytester: pytest.Pytester) -> No
     pytester.mkdir("tests").joinpath("test_mine.py").write_text(MINE)
     only = pytester.runpytest_subprocess("--wedge-scenarios=kv-transfer-blackhole", "--co", "-q")
     assert collected(only) == ["wedge-scenarios::kv-transfer-blackhole"]
-    with_paths = pytester.runpytest_subprocess("tests", "--wedge-scenarios=kv-transfer-blackhole",
-                                               "--co", "-q")  # fmt: skip
-    assert collected(with_paths) == ["tests/test_mine.py::test_mine",
-                                     "wedge-scenarios::kv-transfer-blackhole"]  # fmt: skip
+    with_paths = pytester.runpytest_subprocess(
+        "tests", "--wedge-scenarios=kv-transfer-blackhole", "--co", "-q"
+    )
+    assert collected(with_paths) == [
+        "tests/test_mine.py::test_mine",
+        "wedge-scenarios::kv-transfer-blackhole",
+    ]
 
 
 def test_a_mistyped_name_gets_a_did_you_mean(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--wedge-scenarios=kv-transfer-blackhol,half-open")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*Unknown scenario(s): kv-transfer-blackhol, half-open*",
-        "*from: --wedge-scenarios*",
-        "*did you mean: kv-transfer-blackhole (for kv-transfer-blackhol)*",
-        "*known: *",
-    ])  # fmt: skip
+    result.stderr.fnmatch_lines(
+        [
+            "*Unknown scenario(s): kv-transfer-blackhol, half-open*",
+            "*from: --wedge-scenarios*",
+            "*did you mean: kv-transfer-blackhole (for kv-transfer-blackhol)*",
+            "*known: *",
+        ]
+    )
     assert "(for half-open)" not in result.stderr.str()  # nothing close enough: no guess
 
 
 def test_a_mistyped_node_id_gets_a_did_you_mean(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("wedge-scenarios::half-open-decode-strem")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*from: the node id wedge-scenarios::NAME*",
-        "*did you mean: half-open-decode-stream (for half-open-decode-strem)*",
-    ])  # fmt: skip
+    result.stderr.fnmatch_lines(
+        [
+            "*from: the node id wedge-scenarios::NAME*",
+            "*did you mean: half-open-decode-stream (for half-open-decode-strem)*",
+        ]
+    )
 
 
-def test_junit_names_the_scenario_by_its_node_id(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+def test_junit_names_the_scenario_by_its_node_id(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
     pytester.mkdir("scenarios").joinpath("my_stall.toml").write_text(USER_SCENARIO)
     pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
     junit = pytester.path / "junit.xml"
-    result = pytester.runpytest_subprocess("wedge-scenarios::my-prefill-stall", f"--wedge-toxiproxy={toxiproxy}",
-                                           f"--junitxml={junit}", "-v")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "wedge-scenarios::my-prefill-stall",
+        f"--wedge-toxiproxy={toxiproxy}",
+        f"--junitxml={junit}",
+        "-v",
+    )
     result.stdout.fnmatch_lines(["wedge-scenarios::my-prefill-stall PASSED*"])
     cases = list(ET.parse(junit).iter("testcase"))
-    assert [(c.get("classname"), c.get("name")) for c in cases] == [("wedge-scenarios", "my-prefill-stall")]
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [
+        ("wedge-scenarios", "my-prefill-stall")
+    ]

@@ -35,11 +35,13 @@ def toxiproxy_arg(request) -> str:
 def test_list_prints_the_catalog(pytester):
     result = pytester.runpytest_subprocess("--wedge-scenarios=list")
     assert result.ret == 0
-    result.stdout.fnmatch_lines([
-        f"{len(catalog())} wedge scenarios:",
-        "*stray-requester-masks-router-wedge*A paused router wedges the harness*",
-        "*watchdog-watching-the-wrong-signal*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"{len(catalog())} wedge scenarios:",
+            "*stray-requester-masks-router-wedge*A paused router wedges the harness*",
+            "*watchdog-watching-the-wrong-signal*",
+        ]
+    )
 
 
 def test_user_catalog_directory_is_picked_up_and_runs(pytester, request):
@@ -49,7 +51,9 @@ def test_user_catalog_directory_is_picked_up_and_runs(pytester, request):
     listing.stdout.fnmatch_lines(
         [f"{len(catalog()) + 1} wedge scenarios:", "*my-prefill-stall*Prefill stalls*"]
     )
-    result = pytester.runpytest_subprocess("--wedge-scenarios=my-prefill-stall", toxiproxy_arg(request), "-v")
+    result = pytester.runpytest_subprocess(
+        "--wedge-scenarios=my-prefill-stall", toxiproxy_arg(request), "-v"
+    )
     result.stdout.fnmatch_lines(["wedge-scenarios::my-prefill-stall PASSED*"])
     result.assert_outcomes(passed=1)
 
@@ -58,7 +62,8 @@ def test_scenarios_run_together_with_the_users_tests(pytester, request):
     pytester.makepyfile("def test_mine(): pass")
     result = pytester.runpytest_subprocess(
         "test_scenarios_run_together_with_the_users_tests.py",
-        "--wedge-scenarios=decode-serialization-under-load", toxiproxy_arg(request),
+        "--wedge-scenarios=decode-serialization-under-load",
+        toxiproxy_arg(request),
     )
     result.assert_outcomes(passed=2)
 
@@ -69,16 +74,19 @@ def test_malformed_scenario_is_a_usage_error_naming_file_and_key(pytester):
     pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
     result = pytester.runpytest_subprocess("--wedge-scenarios")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*Bad scenario file broken.toml: key load.harness.agents*",
-        "*expected: int (Harness agents)*",
-        "*To fix this: edit */scenarios/broken.toml*",
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            "*Bad scenario file broken.toml: key load.harness.agents*",
+            "*expected: int (Harness agents)*",
+            "*To fix this: edit */scenarios/broken.toml*",
+        ]
+    )
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
 
 
 def test_unknown_scenario_name_lists_the_known_ones(pytester):
     result = pytester.runpytest_subprocess("--wedge-scenarios=no-such-thing")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*Unknown scenario(s): no-such-thing*", "*known:*half-open-decode-stream*"])
-
+    result.stderr.fnmatch_lines(
+        ["*Unknown scenario(s): no-such-thing*", "*known:*half-open-decode-stream*"]
+    )

@@ -30,28 +30,41 @@ def test_the_header_imported_nothing_heavy():
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("PYTEST_WEDGE_TOXIPROXY", "GOBIN", "PYTEST_WEDGE_RUNTIME", "PYTEST_WEDGE_ARTIFACTS"):
+    for name in (
+        "PYTEST_WEDGE_TOXIPROXY",
+        "GOBIN",
+        "PYTEST_WEDGE_RUNTIME",
+        "PYTEST_WEDGE_ARTIFACTS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
     if (Path(sys.prefix) / "bin" / "toxiproxy-server").exists():
         pytest.skip("this venv has its own toxiproxy-server, which would be found first")
 
 
-def test_the_header_names_runtime_router_toxiproxy_and_artifacts(pytester: pytest.Pytester, clean_env: None) -> None:
+def test_the_header_names_runtime_router_toxiproxy_and_artifacts(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
     pytester.makepyfile(test_light=LIGHT)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}")
     result.assert_outcomes(passed=1)  # and computing the header imported no HTTP client
-    result.stdout.fnmatch_lines([
-        "wedge: runtime process (default), router smg 1.13.* at */smg (PD mode)",
-        f"wedge: toxiproxy-server 2.12.0 at {TOXIPROXY} (from --wedge-toxiproxy)",
-        f"wedge: artifacts {pytester.path}/.wedge-artifacts",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "wedge: runtime process (default), router smg 1.13.* at */smg (PD mode)",
+            f"wedge: toxiproxy-server 2.12.0 at {TOXIPROXY} (from --wedge-toxiproxy)",
+            f"wedge: artifacts {pytester.path}/.wedge-artifacts",
+        ]
+    )
 
 
-def test_the_toxiproxy_version_is_remembered_in_pytests_cache(pytester: pytest.Pytester, clean_env: None) -> None:
+def test_the_toxiproxy_version_is_remembered_in_pytests_cache(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
     pytester.makepyfile("def test_plain(): pass")
     pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}").assert_outcomes(passed=1)
-    stored = json.loads((pytester.path / ".pytest_cache" / "v" / "wedge" / "binary-versions").read_text())
+    stored = json.loads(
+        (pytester.path / ".pytest_cache" / "v" / "wedge" / "binary-versions").read_text()
+    )
     assert [v for k, v in stored.items() if k.startswith(f"{TOXIPROXY}:")] == ["2.12.0"]
 
 
@@ -61,22 +74,28 @@ def test_the_header_says_when_toxiproxy_is_missing_without_failing_plain_tests(
     pytester.makepyfile("def test_plain(): pass")
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["wedge: toxiproxy-server not found: run `pytest-wedge install-toxiproxy`*"])
+    result.stdout.fnmatch_lines(
+        ["wedge: toxiproxy-server not found: run `pytest-wedge install-toxiproxy`*"]
+    )
 
 
 def test_an_ini_path_is_relative_to_the_ini_file_from_any_directory(
     pytester: pytest.Pytester, clean_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.mkdir("tools").joinpath("toxiproxy-server").symlink_to(TOXIPROXY)
-    ini = pytester.makeini("[pytest]\ntestpaths = tests\nwedge_toxiproxy = tools/toxiproxy-server\n")
+    ini = pytester.makeini(
+        "[pytest]\ntestpaths = tests\nwedge_toxiproxy = tools/toxiproxy-server\n"
+    )
     pytester.mkdir("tests").joinpath("test_topology.py").write_text(USES_WEDGE)
     monkeypatch.chdir(pytester.path / "tests")
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        f"wedge: toxiproxy-server 2.12.0 at {pytester.path}/tools/toxiproxy-server "
-        f"(from ini wedge_toxiproxy in {ini})",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            f"wedge: toxiproxy-server 2.12.0 at {pytester.path}/tools/toxiproxy-server "
+            f"(from ini wedge_toxiproxy in {ini})",
+        ]
+    )
 
 
 def test_the_rootdirs_bin_is_found_from_a_subdirectory(
@@ -88,8 +107,12 @@ def test_the_rootdirs_bin_is_found_from_a_subdirectory(
     monkeypatch.chdir(pytester.path / "tests")
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"wedge: toxiproxy-server 2.12.0 at {pytester.path}/bin/toxiproxy-server "
-                                 "(from the rootdir's bin/)"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            f"wedge: toxiproxy-server 2.12.0 at {pytester.path}/bin/toxiproxy-server "
+            "(from the rootdir's bin/)"
+        ]
+    )
 
 
 def test_the_fix_names_make_only_where_the_projects_makefile_is(
@@ -99,7 +122,9 @@ def test_the_fix_names_make_only_where_the_projects_makefile_is(
     pytester.makefile("", Makefile="bin/toxiproxy-server:\n\tgo install toxiproxy\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*toxiproxy-server was not found*", "To fix this: run `make install`*"])
+    result.stderr.fnmatch_lines(
+        ["*toxiproxy-server was not found*", "To fix this: run `make install`*"]
+    )
 
 
 def test_a_slow_bring_up_says_what_it_waits_for(pytester: pytest.Pytester, clean_env: None) -> None:
@@ -108,10 +133,12 @@ def test_a_slow_bring_up_says_what_it_waits_for(pytester: pytest.Pytester, clean
     pytester.makepyfile(USES_WEDGE)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "wedge: bringing up 1 prefill + 1 decode on the process runtime ...",
-        "wedge: bringing up 1 prefill + 1 decode on the process runtime: ready after *.* s",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "wedge: bringing up 1 prefill + 1 decode on the process runtime ...",
+            "wedge: bringing up 1 prefill + 1 decode on the process runtime: ready after *.* s",
+        ]
+    )
 
 
 def test_the_header_names_the_router_kind_its_installed_version_and_venv(
@@ -123,7 +150,11 @@ def test_the_header_names_the_router_kind_its_installed_version_and_venv(
     monkeypatch.setenv(ENV_DIR_VARIABLE, str(envs))
     env = ready_env("sglang-router", "0.3.2", envs)
     pytester.makepyfile("def test_plain(): pass")
-    result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", "--wedge-router=sglang-router")
+    result = pytester.runpytest_subprocess(
+        f"--wedge-toxiproxy={TOXIPROXY}", "--wedge-router=sglang-router"
+    )
     result.assert_outcomes(passed=1)
     where = f"isolated venv {env.path}" if env else "isolated venv, made on first use"
-    result.stdout.fnmatch_lines([f"wedge: runtime process (default), router sglang-router 0.3.2 ({where}) (PD mode)"])
+    result.stdout.fnmatch_lines(
+        [f"wedge: runtime process (default), router sglang-router 0.3.2 ({where}) (PD mode)"]
+    )

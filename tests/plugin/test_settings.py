@@ -31,12 +31,14 @@ def test_a_misspelt_runtime_in_a_marker_fails_that_test_at_setup(pytester: pytes
     """)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}", "-p", "no:randomly")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines([
-        "*::test_typo: bad @pytest.mark.wedge",
-        "Bad value for wedge_runtime: 'dokcer'",
-        "*from: marker",
-        "*expected one of: process, docker",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_typo: bad @pytest.mark.wedge",
+            "Bad value for wedge_runtime: 'dokcer'",
+            "*from: marker",
+            "*expected one of: process, docker",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
 
 

@@ -21,9 +21,11 @@ def test_a_failing_tests_timeline_has_moving_link_lanes_and_a_sound_trace(pytest
     toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
     artifacts = pytester.path / "artifacts"
     result = pytester.runpytest_subprocess(
-        f"--wedge-toxiproxy={toxiproxy}", f"--wedge-artifacts={artifacts}",
-        "-p", "no:cacheprovider",
-    )  # fmt: skip
+        f"--wedge-toxiproxy={toxiproxy}",
+        f"--wedge-artifacts={artifacts}",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(failed=1)
     (page,) = artifacts.rglob("timeline.html")
     peaks = dict(re.findall(r'data-link="([^"]+)" data-peak="([0-9.]+)"', page.read_text()))

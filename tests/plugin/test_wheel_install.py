@@ -40,16 +40,28 @@ class Venv:
 
     def env(self) -> dict[str, str]:
         """A user's shell in this venv: its bin/ first, nothing of this checkout on PATH."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_WEDGE_", "PYTEST_ADDOPTS", "PYTEST_XDIST", "PYTHONPATH"))
-               and k not in ("GOBIN", "VIRTUAL_ENV")}  # fmt: skip
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTEST_WEDGE_", "PYTEST_ADDOPTS", "PYTEST_XDIST", "PYTHONPATH"))
+            and k not in ("GOBIN", "VIRTUAL_ENV")
+        }
         env["PATH"] = f"{self.bin}:/usr/bin:/bin"
         env["VIRTUAL_ENV"] = str(self.path)
         return env
 
-    def run(self, *argv: object, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(a) for a in argv], cwd=cwd, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)  # fmt: skip
+    def run(
+        self, *argv: object, cwd: Path, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(a) for a in argv],
+            cwd=cwd,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def build_wheel(tmp: Path) -> Path:
@@ -61,17 +73,36 @@ def build_wheel(tmp: Path) -> Path:
     shutil.copytree(ROOT / "pytest_wedge", source / "pytest_wedge", ignore=ignore)
     shutil.copytree(ROOT / "fixtures", source / "fixtures", ignore=ignore)
     dist = tmp / "dist"
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                           "--no-index", "-w", str(dist), str(source)],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, (
         "building the wheel offline needs the build requirements (setuptools>=68 and wheel) in "
         f"this venv:\n{done.stdout}\n{done.stderr}"
     )
     (wheel,) = dist.glob("pytest_wedge-*.whl")
-    packages = {str(init.parent.relative_to(ROOT)) for init in (ROOT / "pytest_wedge").rglob("__init__.py")}
+    packages = {
+        str(init.parent.relative_to(ROOT)) for init in (ROOT / "pytest_wedge").rglob("__init__.py")
+    }
     with zipfile.ZipFile(wheel) as archive:
-        shipped = {str(Path(name).parent) for name in archive.namelist() if name.endswith("/__init__.py")}
+        shipped = {
+            str(Path(name).parent) for name in archive.namelist() if name.endswith("/__init__.py")
+        }
     missing = sorted(packages - shipped)
     assert missing == [], f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
     return wheel
@@ -79,11 +110,33 @@ def build_wheel(tmp: Path) -> Path:
 
 def make_venv(tmp: Path, wheel: Path) -> Venv:
     venv = Venv(tmp / "venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv.path)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)  # fmt: skip
-    site = Path(subprocess.run([str(venv.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv.path)], check=True, timeout=120
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv.python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+    )
+    site = Path(
+        subprocess.run(
+            [str(venv.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # The dependencies, from this venv (appended after the wheel's own site-packages).
     (site / "zz_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     smg = venv.bin / "smg"
@@ -97,15 +150,29 @@ def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None
     project = tmp_path / "empty-project"
     project.mkdir()
 
-    where = venv.run(venv.python, "-c", "import pytest_wedge, pytest_wedge.fixtures as f; "
-                     "print(pytest_wedge.__file__); print(list(f.__path__)[0])", cwd=project)  # fmt: skip
+    where = venv.run(
+        venv.python,
+        "-c",
+        "import pytest_wedge, pytest_wedge.fixtures as f; "
+        "print(pytest_wedge.__file__); print(list(f.__path__)[0])",
+        cwd=project,
+    )
     assert where.returncode == 0, where.stderr
     assert all(line.startswith(str(venv.path)) for line in where.stdout.split()), where.stdout
 
     # 1. Toxiproxy from the loopback "release", into the venv's bin/ (the default).
     with serve_release(tmp_path / "release") as release:
-        installed = venv.run(venv.bin / "pytest-wedge", "install-toxiproxy", "--method", "download",
-                             "--base-url", release.url, "--checksums", release.checksums, cwd=project)  # fmt: skip
+        installed = venv.run(
+            venv.bin / "pytest-wedge",
+            "install-toxiproxy",
+            "--method",
+            "download",
+            "--base-url",
+            release.url,
+            "--checksums",
+            release.checksums,
+            cwd=project,
+        )
     assert installed.returncode == 0, installed.stderr
     toxiproxy = venv.bin / "toxiproxy-server"
     assert os.access(toxiproxy, os.X_OK)
@@ -115,8 +182,17 @@ def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None
     subdirectory = project / "tests"
     subdirectory.mkdir()
     for cwd in (project, subdirectory):
-        run = venv.run(venv.python, "-m", "pytest", f"--wedge-scenarios={SCENARIO}", "-p", "no:cacheprovider",
-                       "-v", cwd=cwd, timeout=400)  # fmt: skip
+        run = venv.run(
+            venv.python,
+            "-m",
+            "pytest",
+            f"--wedge-scenarios={SCENARIO}",
+            "-p",
+            "no:cacheprovider",
+            "-v",
+            cwd=cwd,
+            timeout=400,
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         assert f"wedge-scenarios::{SCENARIO} PASSED" in run.stdout
         assert f"wedge: toxiproxy-server 2.12.0 at {toxiproxy} (from the venv's bin/)" in run.stdout
@@ -125,10 +201,16 @@ def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None
     # 3. doctor lists what it found.
     doctor = venv.run(venv.bin / "pytest-wedge", "doctor", cwd=project)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    assert re.search(rf"ok\s+toxiproxy\s+2\.12\.0 {re.escape(str(toxiproxy))} \(found in the venv's bin/\)",
-                     doctor.stdout), doctor.stdout  # fmt: skip
-    assert re.search(rf"ok\s+smg\s+1\.13\.\S+ {re.escape(str(venv.bin / 'smg'))}", doctor.stdout), doctor.stdout
-    assert re.search(rf"ok\s+python\s+.*\(venv {re.escape(str(venv.path))}\)", doctor.stdout), doctor.stdout
+    assert re.search(
+        rf"ok\s+toxiproxy\s+2\.12\.0 {re.escape(str(toxiproxy))} \(found in the venv's bin/\)",
+        doctor.stdout,
+    ), doctor.stdout
+    assert re.search(rf"ok\s+smg\s+1\.13\.\S+ {re.escape(str(venv.bin / 'smg'))}", doctor.stdout), (
+        doctor.stdout
+    )
+    assert re.search(rf"ok\s+python\s+.*\(venv {re.escape(str(venv.path))}\)", doctor.stdout), (
+        doctor.stdout
+    )
 
     # 4. up starts, prints the URLs, and stops on SIGINT with nothing left.
     assert_up_runs_and_stops(venv, project)
@@ -137,15 +219,26 @@ def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None
 def assert_up_runs_and_stops(venv: Venv, cwd: Path) -> None:
     import psutil
 
-    proc = subprocess.Popen([str(venv.bin / "pytest-wedge"), "up"], cwd=cwd, env=venv.env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(venv.bin / "pytest-wedge"), "up"],
+        cwd=cwd,
+        env=venv.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(line.rstrip() for line in proc.stdout or ()),
-                              daemon=True)  # fmt: skip
+    reader = threading.Thread(
+        target=lambda: lines.extend(line.rstrip() for line in proc.stdout or ()), daemon=True
+    )
     reader.start()
     try:
-        wait_for(lambda: any(line.startswith("up;") for line in lines) or proc.poll() is not None,
-                 timeout_s=90, what="pytest-wedge up", describe=lambda: "\n".join(lines))  # fmt: skip
+        wait_for(
+            lambda: any(line.startswith("up;") for line in lines) or proc.poll() is not None,
+            timeout_s=90,
+            what="pytest-wedge up",
+            describe=lambda: "\n".join(lines),
+        )
         assert proc.poll() is None, "\n".join(lines)
         assert any(re.match(r"client\s+http://127\.0\.0\.1:\d+", line) for line in lines)
         children = psutil.Process(proc.pid).children(recursive=True)

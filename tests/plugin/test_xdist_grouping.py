@@ -55,12 +55,20 @@ def assert_one_bring_up_per_shape(records: list[tuple[str, str]], shapes: set[st
 
 
 @pytest.mark.timeout(300)
-def test_each_marker_shape_is_brought_up_once(pytester: pytest.Pytester,
-                                              request: pytest.FixtureRequest) -> None:  # fmt: skip
+def test_each_marker_shape_is_brought_up_once(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
     pytester.makepyfile(test_shapes=SHAPES)
     artifacts = pytester.path / "artifacts"
-    result = pytester.runpytest_subprocess("-n", "2", "-v", "-p", "no:randomly", toxiproxy_arg(request),
-                                           f"--wedge-artifacts={artifacts}")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "-n",
+        "2",
+        "-v",
+        "-p",
+        "no:randomly",
+        toxiproxy_arg(request),
+        f"--wedge-artifacts={artifacts}",
+    )
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(["*scheduling tests via ShapeScheduling*"])
     records = bring_ups(artifacts)
@@ -71,12 +79,15 @@ def test_each_marker_shape_is_brought_up_once(pytester: pytest.Pytester,
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("dist", "scheduler"), [
-    ((), "ShapeScheduling"),
-    (("--dist", "loadgroup"), "ShapeScheduling"),
-    (("--dist", "load"), "LoadScheduling"),
-    (("--dist=worksteal",), "WorkStealingScheduling"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dist", "scheduler"),
+    [
+        ((), "ShapeScheduling"),
+        (("--dist", "loadgroup"), "ShapeScheduling"),
+        (("--dist", "load"), "LoadScheduling"),
+        (("--dist=worksteal",), "WorkStealingScheduling"),
+    ],
+)
 def test_shape_scheduling_is_the_default_and_a_chosen_dist_is_kept(
     pytester: pytest.Pytester, dist: tuple[str, ...], scheduler: str
 ) -> None:
@@ -104,13 +115,15 @@ def test_a_tests_own_xdist_group_wins(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_catalog_under_xdist_brings_up_each_shape_once(pytester: pytest.Pytester,
-                                                        request: pytest.FixtureRequest) -> None:  # fmt: skip
+def test_catalog_under_xdist_brings_up_each_shape_once(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
     """`pytest --wedge-scenarios -n 2`: every scenario passes, one bring-up per shape."""
     scenarios = catalog()
     artifacts = pytester.path / "artifacts"
-    result = pytester.runpytest_subprocess("--wedge-scenarios", "-n", "2", toxiproxy_arg(request),
-                                           f"--wedge-artifacts={artifacts}")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--wedge-scenarios", "-n", "2", toxiproxy_arg(request), f"--wedge-artifacts={artifacts}"
+    )
     result.assert_outcomes(passed=len(scenarios))
     shapes = {shape_id(s.spec, s.runtime or "process") for s in scenarios}
     assert_one_bring_up_per_shape(bring_ups(artifacts), shapes)

@@ -156,8 +156,9 @@ def test_loading_the_plugin_imports_nothing_heavy() -> None:
         "import sys, pytest_wedge.plugin; "
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert done.stdout.strip() == ""
 
 
@@ -165,6 +166,7 @@ def test_loading_the_plugin_imports_nothing_heavy() -> None:
 @pytest.mark.parametrize("heavy", [m for m in HEAVY if m != "toxiproxy"])
 def test_the_lightness_check_would_see_a_heavy_import(heavy: str) -> None:
     code = f"import sys, {heavy}; print({heavy!r} in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert done.stdout.strip() == "True"

@@ -63,8 +63,12 @@ def test_workers_of_one_owner_share_its_run(tmp_path: Path) -> None:
 
 
 def test_a_crashed_runs_stale_lock_does_not_keep_it(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     crashed = make_run_dir(tmp_path, keep=1, owner=f"{dead.stdout.strip()} 0")  # never released
     finished_run(tmp_path, keep=1)
     assert not crashed.exists()

@@ -24,8 +24,9 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 @asynccontextmanager
-async def web_server(routes: Mapping[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
-                     ) -> AsyncIterator[str]:  # fmt: skip
+async def web_server(
+    routes: Mapping[str, Callable[[web.Request], Awaitable[web.StreamResponse]]],
+) -> AsyncIterator[str]:
     app = web.Application()
     for path, handler in routes.items():
         app.router.add_get(path, handler)
@@ -94,8 +95,9 @@ def test_json_text_and_chunked_bodies() -> None:
         return web.json_response({"paused": False, "inflight": 3})
 
     async def as_text(_: web.Request) -> web.StreamResponse:
-        return web.Response(body="é metrics 1\n".encode("latin-1"),
-                            content_type="text/plain", charset="latin-1")  # fmt: skip
+        return web.Response(
+            body="é metrics 1\n".encode("latin-1"), content_type="text/plain", charset="latin-1"
+        )
 
     async def chunked(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
@@ -192,8 +194,11 @@ def test_connection_close_is_not_reused_and_keep_alive_is() -> None:
 
     async def scenario() -> None:
         closer, keeper = RawServer(closing), RawServer(keep_answering)
-        async with (closer.running() as closes, keeper.running() as keeps,
-                    async_fetch.new_session() as session):  # fmt: skip
+        async with (
+            closer.running() as closes,
+            keeper.running() as keeps,
+            async_fetch.new_session() as session,
+        ):
             for _ in range(3):
                 assert await session.get(closes + "/") == "bye"
                 assert await session.get(keeps + "/") == "ok"
@@ -223,8 +228,9 @@ def test_a_server_that_closed_an_idle_connection() -> None:
 def test_a_stale_connection_lost_before_answering_is_retried_once() -> None:
     # The server's close crosses the client's next request: the client sees it only after
     # writing, with no byte of an answer.
-    async def answers_then_drops(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                                 ) -> None:  # fmt: skip
+    async def answers_then_drops(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         await read_request(reader)
         writer.write(answer(b"ok"))
         await read_request(reader)
@@ -289,8 +295,9 @@ def test_two_concurrent_gets_to_one_port_each_have_a_connection() -> None:
         routes = {"/control/state": meet, "/metrics": meet}
         async with web_server(routes) as base, async_fetch.new_session() as session:
             async with asyncio.timeout(5):
-                state, metrics = await asyncio.gather(session.get(base + "/control/state"),
-                                                      session.get(base + "/metrics"))  # fmt: skip
+                state, metrics = await asyncio.gather(
+                    session.get(base + "/control/state"), session.get(base + "/metrics")
+                )
         assert state == {"path": "/control/state"}
         assert metrics == {"path": "/metrics"}
 
@@ -326,8 +333,10 @@ def test_gather_mixes_gets_failures_and_thread_jobs() -> None:
     results, failed = run(scenario)
     assert results["decode-0"] == {"paused": True}
     assert results["processes"] != threading.main_thread().name
-    assert failed == {"router": "answered 503",
-                      "prefill-0": "did not answer within 0.20 s (TimeoutError)"}  # fmt: skip
+    assert failed == {
+        "router": "answered 503",
+        "prefill-0": "did not answer within 0.20 s (TimeoutError)",
+    }
 
 
 def test_https_is_refused_clearly() -> None:

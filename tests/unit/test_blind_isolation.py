@@ -22,10 +22,17 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
 BLIND = "pytest_wedge.diagnostics.blind"
 ALLOWED = {"pytest_wedge.evidence.observed", "pytest_wedge.diagnostics.diagnosis"}
 # What reads ground truth, named so a failure says which door was opened.
-GROUND_TRUTH = ("pytest_wedge.diagnostics.locator", "pytest_wedge.diagnostics.hops",
-                "pytest_wedge.evidence.snapshot", "pytest_wedge.evidence.truth",
-                "pytest_wedge.stubs", "pytest_wedge.faults", "pytest_wedge.topology",
-                "pytest_wedge.runtime", "pytest_wedge.handle")  # fmt: skip
+GROUND_TRUTH = (
+    "pytest_wedge.diagnostics.locator",
+    "pytest_wedge.diagnostics.hops",
+    "pytest_wedge.evidence.snapshot",
+    "pytest_wedge.evidence.truth",
+    "pytest_wedge.stubs",
+    "pytest_wedge.faults",
+    "pytest_wedge.topology",
+    "pytest_wedge.runtime",
+    "pytest_wedge.handle",
+)
 
 
 def module_path(name: str) -> Path | None:
@@ -76,13 +83,17 @@ def reachable(start: list[str]) -> dict[str, str]:
 
 def blind_modules() -> list[str]:
     folder = PACKAGE / "diagnostics" / "blind"
-    return sorted(f"{BLIND}.{p.stem}" if p.stem != "__init__" else BLIND
-                  for p in folder.glob("*.py"))  # fmt: skip
+    return sorted(
+        f"{BLIND}.{p.stem}" if p.stem != "__init__" else BLIND for p in folder.glob("*.py")
+    )
 
 
 def offenders(seen: dict[str, str]) -> list[str]:
-    return sorted(f"{who} imports {name}" for name, who in seen.items()
-                  if not name.startswith(BLIND) and name not in ALLOWED)  # fmt: skip
+    return sorted(
+        f"{who} imports {name}"
+        for name, who in seen.items()
+        if not name.startswith(BLIND) and name not in ALLOWED
+    )
 
 
 def test_the_walk_sees_every_blind_module_and_what_they_use() -> None:
@@ -111,8 +122,15 @@ def test_observed_and_ground_truth_are_separate_types() -> None:
     observed = {f.name for f in dataclasses.fields(Observed)}
     truth = {f.name for f in dataclasses.fields(GroundTruth)}
     assert not observed & truth
-    assert not observed & {"ledgers", "stub_states", "toxics", "runtime_states", "faults",
-                           "components", "links"}  # fmt: skip
+    assert not observed & {
+        "ledgers",
+        "stub_states",
+        "toxics",
+        "runtime_states",
+        "faults",
+        "components",
+        "links",
+    }
 
 
 def test_the_blind_locator_takes_observed_and_nothing_else() -> None:

@@ -9,54 +9,118 @@ from pytest_wedge.diagnostics import Diagnosis, locate_blind
 from pytest_wedge.evidence.observed import Observed
 
 NOW = 1_000_000.0
-NAMES = ["router", "prefill-0", "prefill-1", "decode-0", "decode-1", "prefill-0 bootstrap",
-         "prefill-1 bootstrap", "client->router", "router->prefill-0", "router->prefill-1",
-         "router->decode-0", "router->decode-1", "decode-0->prefill-0", "decode-0->prefill-1",
-         "decode-1->prefill-0", "decode-1->prefill-1"]  # fmt: skip
+NAMES = [
+    "router",
+    "prefill-0",
+    "prefill-1",
+    "decode-0",
+    "decode-1",
+    "prefill-0 bootstrap",
+    "prefill-1 bootstrap",
+    "client->router",
+    "router->prefill-0",
+    "router->prefill-1",
+    "router->decode-0",
+    "router->decode-1",
+    "decode-0->prefill-0",
+    "decode-0->prefill-1",
+    "decode-1->prefill-0",
+    "decode-1->prefill-1",
+]
 # Every component and link listens on its own loopback port, as in a running topology.
 ADDRESS = {name: f"http://127.0.0.1:{9000 + i}" for i, name in enumerate(NAMES)}
 
 
-def record(n: int, *, origin: str = "harness", age: float = 2.0, target: str = "client->router",
-           **fields: Any) -> dict[str, Any]:  # fmt: skip
+def record(
+    n: int,
+    *,
+    origin: str = "harness",
+    age: float = 2.0,
+    target: str = "client->router",
+    **fields: Any,
+) -> dict[str, Any]:
     created = NOW - age
-    base = {"request_id": f"{origin}-run1-{n}", "origin": origin, "created": created,
-            "sent": created + 0.001, "first_byte": None, "first_token": None, "last_byte": None,
-            "finished": None, "tokens": 0, "state": "pending", "error": None,
-            "cut_by_stop": False, "target": ADDRESS[target], "pool_limit": None,
-            "pool_in_use": None}  # fmt: skip
+    base = {
+        "request_id": f"{origin}-run1-{n}",
+        "origin": origin,
+        "created": created,
+        "sent": created + 0.001,
+        "first_byte": None,
+        "first_token": None,
+        "last_byte": None,
+        "finished": None,
+        "tokens": 0,
+        "state": "pending",
+        "error": None,
+        "cut_by_stop": False,
+        "target": ADDRESS[target],
+        "pool_limit": None,
+        "pool_in_use": None,
+    }
     return base | fields
 
 
 def stray(count: int = 3) -> list[dict[str, Any]]:
     """stray-1 streaming straight from decode-0: some done, some running."""
-    done = [record(100 + i, origin="stray-1", target="decode-0", age=1.0, state="ok",
-                   first_byte=NOW - 0.9, first_token=NOW - 0.9, last_byte=NOW - 0.3 + 0.05 * i,
-                   finished=NOW - 0.3 + 0.05 * i, tokens=64) for i in range(count)]  # fmt: skip
-    live = [record(200, origin="stray-1", target="decode-0", age=0.4, first_byte=NOW - 0.35,
-                   first_token=NOW - 0.35, last_byte=NOW - 0.01, tokens=40)]  # fmt: skip
+    done = [
+        record(
+            100 + i,
+            origin="stray-1",
+            target="decode-0",
+            age=1.0,
+            state="ok",
+            first_byte=NOW - 0.9,
+            first_token=NOW - 0.9,
+            last_byte=NOW - 0.3 + 0.05 * i,
+            finished=NOW - 0.3 + 0.05 * i,
+            tokens=64,
+        )
+        for i in range(count)
+    ]
+    live = [
+        record(
+            200,
+            origin="stray-1",
+            target="decode-0",
+            age=0.4,
+            first_byte=NOW - 0.35,
+            first_token=NOW - 0.35,
+            last_byte=NOW - 0.01,
+            tokens=40,
+        )
+    ]
     return [*done, *live]
 
 
 def engine(role: str, **gauges: float) -> dict[str, float]:
-    base = {"num_running_reqs": 0.0, "num_queue_reqs": 0.0,
-            "num_prefill_inflight_queue_reqs": 0.0, "num_decode_transfer_queue_reqs": 0.0,
-            "num_decode_prealloc_queue_reqs": 0.0, "generation_tokens": 0.0,
-            "num_requests": 0.0, "num_transfer_failed_reqs": 0.0,
-            "num_bootstrap_failed_reqs": 0.0}  # fmt: skip
+    base = {
+        "num_running_reqs": 0.0,
+        "num_queue_reqs": 0.0,
+        "num_prefill_inflight_queue_reqs": 0.0,
+        "num_decode_transfer_queue_reqs": 0.0,
+        "num_decode_prealloc_queue_reqs": 0.0,
+        "generation_tokens": 0.0,
+        "num_requests": 0.0,
+        "num_transfer_failed_reqs": 0.0,
+        "num_bootstrap_failed_reqs": 0.0,
+    }
     if role == "decode":
         base["num_running_reqs"] = 1.0  # the stray's running request
     return base | gauges
 
 
-def observed(client: list[dict[str, Any]], *, prefill: int = 1, decode: int = 1,
-             **extra: Any) -> Observed:  # fmt: skip
+def observed(
+    client: list[dict[str, Any]], *, prefill: int = 1, decode: int = 1, **extra: Any
+) -> Observed:
     """Everything healthy unless ``extra`` says otherwise. ``workers``/``workers_before`` and
     ``router`` entries are merged into the healthy defaults."""
     p = [f"prefill-{i}" for i in range(prefill)]
     d = [f"decode-{j}" for j in range(decode)]
-    links = ["client->router", *(f"router->{w}" for w in [*p, *d]),
-             *(f"{dd}->{pp}" for dd in d for pp in p)]  # fmt: skip
+    links = [
+        "client->router",
+        *(f"router->{w}" for w in [*p, *d]),
+        *(f"{dd}->{pp}" for dd in d for pp in p),
+    ]
     names = ["router", *p, *d, *(f"{w} bootstrap" for w in p), *links]
     addresses = {name: ADDRESS[name] for name in names}
     workers = {w: engine("prefill") for w in p} | {w: engine("decode") for w in d}
@@ -65,9 +129,18 @@ def observed(client: list[dict[str, Any]], *, prefill: int = 1, decode: int = 1,
     before = {w: dict(v) for w, v in workers.items()}
     for name, values in extra.pop("workers_before", {}).items():
         before[name] = before[name] | values
-    router = {"requests_active": {w: 0.0 for w in [*p, *d]}, "health": {w: 1.0 for w in [*p, *d]},
-              "cb_state": {w: 0.0 for w in [*p, *d]}, "cb_failures": {}, "cb_failed": {}, "errors": [],
-              "responses": {}, "refusals": {}, "admission_inflight": 0.0, "retries": 0.0}
+    router = {
+        "requests_active": {w: 0.0 for w in [*p, *d]},
+        "health": {w: 1.0 for w in [*p, *d]},
+        "cb_state": {w: 0.0 for w in [*p, *d]},
+        "cb_failures": {},
+        "cb_failed": {},
+        "errors": [],
+        "responses": {},
+        "refusals": {},
+        "admission_inflight": 0.0,
+        "retries": 0.0,
+    }
     for key, value in extra.pop("router", {}).items():
         router[key] = router[key] | value if isinstance(value, dict) else value
     health = {name: "ok" for name in ["router", *p, *d, *(f"{w} bootstrap" for w in p)]}
@@ -75,21 +148,34 @@ def observed(client: list[dict[str, Any]], *, prefill: int = 1, decode: int = 1,
     health |= extra.pop("health", {})
     processes = {name: "running" for name in ["router", *p, *d]} | extra.pop("processes", {})
     return Observed(
-        taken_at=NOW, prefill=p, decode=d, link_names=links, addresses=addresses,
-        client=[*client, *stray()], router=router, router_before=extra.pop("router_before", {}),
-        health=health, health_s={name: 0.002 for name, v in health.items() if v == "ok"},
-        workers=workers, workers_before=before, before_at=NOW - 0.5,
-        traffic=extra.pop("traffic", {}), traffic_before=extra.pop("traffic_before", {}),
-        traffic_before_at=NOW - 3.0, processes=processes, **extra,
-    )  # fmt: skip
+        taken_at=NOW,
+        prefill=p,
+        decode=d,
+        link_names=links,
+        addresses=addresses,
+        client=[*client, *stray()],
+        router=router,
+        router_before=extra.pop("router_before", {}),
+        health=health,
+        health_s={name: 0.002 for name, v in health.items() if v == "ok"},
+        workers=workers,
+        workers_before=before,
+        before_at=NOW - 0.5,
+        traffic=extra.pop("traffic", {}),
+        traffic_before=extra.pop("traffic_before", {}),
+        traffic_before_at=NOW - 3.0,
+        processes=processes,
+        **extra,
+    )
 
 
 def pending(n: int = 30, **fields: Any) -> list[dict[str, Any]]:
     return [record(i, **fields) for i in range(n)]
 
 
-def located(obs: Observed, expected: str, confidence: str | None = None, *,
-            since: float | None = None) -> Diagnosis:  # fmt: skip
+def located(
+    obs: Observed, expected: str, confidence: str | None = None, *, since: float | None = None
+) -> Diagnosis:
     diagnosis = locate_blind(obs, "harness", 1.0, since=since)
     assert diagnosis.location == expected, diagnosis.render()
     if confidence is not None:
@@ -108,8 +194,12 @@ def in_flight(**workers: float) -> dict[str, Any]:
 
 
 def test_a_stopped_router_is_certain() -> None:
-    obs = observed(pending(), processes={"router": "stopped"},
-                   health={"router": "did not answer within 0.20 s"}, router={"requests_active": {}})  # fmt: skip
+    obs = observed(
+        pending(),
+        processes={"router": "stopped"},
+        health={"router": "did not answer within 0.20 s"},
+        router={"requests_active": {}},
+    )
     obs.router = {}
     diagnosis = located(obs, "router", "certain")
     assert "router process stopped" in diagnosis.decided_by[0]
@@ -123,8 +213,12 @@ def test_a_router_that_answers_nothing_while_running_is_likely() -> None:
 
 
 def test_refused_connections_to_the_front_are_the_client_link() -> None:
-    refused = pending(state="error", sent=None, finished=NOW - 0.2,
-                      error="ConnectError: All connection attempts failed")
+    refused = pending(
+        state="error",
+        sent=None,
+        finished=NOW - 0.2,
+        error="ConnectError: All connection attempts failed",
+    )
     diagnosis = located(observed(refused), "client->router", "certain")
     assert "connection refused" in diagnosis.decided_by[0]
 
@@ -148,16 +242,26 @@ def test_an_idle_healthy_router_that_never_saw_them_rules_itself_out() -> None:
 
 
 def test_a_prefill_holding_them_while_decode_waits_is_certain() -> None:
-    obs = observed(pending(), router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_running_reqs": 30.0},
-                            "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_running_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     located(obs, "prefill-0", "certain")
 
 
 def test_kv_ready_on_prefill_while_decode_waits_is_the_transfer() -> None:
-    obs = observed(pending(), router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
-                            "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     diagnosis = located(obs, "decode-0->prefill-0", "certain")
     assert any(r.startswith("prefill-0:") for r in diagnosis.ruled_out)
 
@@ -165,43 +269,64 @@ def test_kv_ready_on_prefill_while_decode_waits_is_the_transfer() -> None:
 def test_link_flow_finds_a_black_hole_without_a_toxic() -> None:
     # Bytes stopped flowing on decode-0->prefill-0 (they entered, never left) while decode's
     # transfer queue holds: no toxic is read, only Toxiproxy's byte counters.
-    obs = observed(pending(), decode=1, router=in_flight(prefill_0=0, decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
-                   traffic={"decode-0->prefill-0": {"downstream_in": 9000.0,
-                                                    "downstream_out": 300.0}},
-                   traffic_before={"decode-0->prefill-0": {"downstream_in": 100.0,
-                                                           "downstream_out": 100.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        decode=1,
+        router=in_flight(prefill_0=0, decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+        traffic={"decode-0->prefill-0": {"downstream_in": 9000.0, "downstream_out": 300.0}},
+        traffic_before={"decode-0->prefill-0": {"downstream_in": 100.0, "downstream_out": 100.0}},
+    )
     diagnosis = located(obs, "decode-0->prefill-0", "certain")
-    assert any("swallowed" in line and "downstream 8700 B" in line
-               for line in diagnosis.decided_by), diagnosis.render()  # fmt: skip
+    assert any(
+        "swallowed" in line and "downstream 8700 B" in line for line in diagnosis.decided_by
+    ), diagnosis.render()
 
 
 def test_a_transfer_link_that_does_not_carry_health_while_decode_fails_transfers() -> None:
-    obs = observed(pending(), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_transfer_failed_reqs": 12.0}},
-                   workers_window={"decode-0": {"num_transfer_failed_reqs": 0.0}},
-                   health={"via decode-0->prefill-0": "did not answer within 0.20 s"})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_transfer_failed_reqs": 12.0}},
+        workers_window={"decode-0": {"num_transfer_failed_reqs": 0.0}},
+        health={"via decode-0->prefill-0": "did not answer within 0.20 s"},
+    )
     located(obs, "decode-0->prefill-0", "certain")
 
 
 def test_two_prefills_and_no_evidence_of_which_transfer_is_unknown() -> None:
-    obs = observed(pending(), prefill=2, decode=2, router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        prefill=2,
+        decode=2,
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+    )
     diagnosis = locate_blind(obs, "harness", 1.0)
     assert diagnosis.confidence == "unknown", diagnosis.render()
     assert "cannot be told" in " ".join(diagnosis.decided_by)
 
 
 def test_two_prefills_and_kv_ready_on_one_names_that_pair() -> None:
-    obs = observed(pending(), prefill=2, decode=2, router=in_flight(prefill_1=30, decode_1=30),
-                   workers={"prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
-                            "decode-1": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_1=30, decode_1=30),
+        workers={
+            "prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     located(obs, "decode-1->prefill-1", "certain")
 
 
 def test_the_router_waits_on_a_prefill_that_holds_nothing() -> None:
-    obs = observed(pending(), router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+    )
     located(obs, "router->prefill-0", "likely")
 
 
@@ -210,28 +335,41 @@ def test_the_router_waits_on_a_decode_that_finished() -> None:
 
 
 def test_a_decode_that_runs_them_without_a_first_token() -> None:
-    obs = observed(pending(), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_running_reqs": 1.0, "num_queue_reqs": 30.0}})
+    obs = observed(
+        pending(),
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_running_reqs": 1.0, "num_queue_reqs": 30.0}},
+    )
     located(obs, "decode-0", "likely")
 
 
 def test_a_stopped_decode_is_certain() -> None:
-    obs = observed(pending(), router=in_flight(prefill_0=0, decode_0=30),
-                   processes={"decode-0": "stopped"}, health={"decode-0": "did not answer"})
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=0, decode_0=30),
+        processes={"decode-0": "stopped"},
+        health={"decode-0": "did not answer"},
+    )
     located(obs, "decode-0", "certain")
 
 
 def test_a_stream_stalled_after_tokens_with_decode_still_running_it() -> None:
     stalled = pending(first_byte=NOW - 1.8, first_token=NOW - 1.8, last_byte=NOW - 1.7, tokens=3)
-    obs = observed(stalled, router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_running_reqs": 31.0}})
+    obs = observed(
+        stalled, router=in_flight(decode_0=30), workers={"decode-0": {"num_running_reqs": 31.0}}
+    )
     diagnosis = located(obs, "decode-0", "likely")
     assert diagnosis.requests[0].furthest == "stream stalled"
 
 
 def test_streams_cut_by_the_router_timeout_are_the_decode() -> None:
-    cut = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 1.9, tokens=3,
-                  error='stream error frame: {"message": "Stream error: operation timed out"}')
+    cut = pending(
+        state="error",
+        finished=NOW - 0.1,
+        first_byte=NOW - 1.9,
+        tokens=3,
+        error='stream error frame: {"message": "Stream error: operation timed out"}',
+    )
     located(observed(cut), "decode-0", "likely")
 
 
@@ -262,14 +400,21 @@ def test_streams_the_servers_finished_and_the_client_never_read() -> None:
 
 
 def refused(n: int = 30) -> list[dict[str, Any]]:
-    body = ('HTTP 503: {"error":{"code":"no_available_workers","message":"No available '
-            'servers (all circuits open or unhealthy)"}}')
+    body = (
+        'HTTP 503: {"error":{"code":"no_available_workers","message":"No available '
+        'servers (all circuits open or unhealthy)"}}'
+    )
     return pending(n, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
 
 
 def test_open_breakers_while_decode_is_healthy_are_the_router() -> None:
-    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
-                                      "refusals": {"503 no_available_workers": 30.0}})
+    obs = observed(
+        refused(),
+        router={
+            "cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+            "refusals": {"503 no_available_workers": 30.0},
+        },
+    )
     diagnosis = located(obs, "router", "certain")
     assert diagnosis.decided_by[0] == "router refuses (breakers open) while decode-0 is healthy"
     assert "open breakers: prefill-0, decode-0 (smg_worker_cb_state=1)" in diagnosis.decided_by
@@ -279,28 +424,43 @@ def test_open_breakers_while_decode_is_healthy_are_the_router() -> None:
 def test_breakers_opened_in_the_window_by_refused_bootstraps_name_the_prefill() -> None:
     # The breakers opened in this window, on bootstrap handshakes prefill-0 refused: the router
     # refuses because of prefill-0, and whether it still refuses cannot be seen (likely).
-    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
-                                      "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
-                                      "refusals": {"503 no_available_workers": 30.0}},
-                   workers={"decode-0": {"num_bootstrap_failed_reqs": 5.0}},
-                   workers_window={"prefill-0": engine("prefill"), "decode-0": engine("decode")})
+    obs = observed(
+        refused(),
+        router={
+            "cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+            "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
+            "refusals": {"503 no_available_workers": 30.0},
+        },
+        workers={"decode-0": {"num_bootstrap_failed_reqs": 5.0}},
+        workers_window={"prefill-0": engine("prefill"), "decode-0": engine("decode")},
+    )
     diagnosis = located(obs, "prefill-0", "likely")
-    assert "decode-0 counted 5 failed bootstrap handshakes with prefill-0 in the window " \
-           "(num_bootstrap_failed_reqs)" in diagnosis.decided_by
+    assert (
+        "decode-0 counted 5 failed bootstrap handshakes with prefill-0 in the window "
+        "(num_bootstrap_failed_reqs)" in diagnosis.decided_by
+    )
 
 
 def test_breakers_opened_in_the_window_by_prefill_errors_name_the_prefill() -> None:
     errors = [{"worker_type": "prefill", "error_type": "internal", "value": 5.0}]
-    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
-                                      "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
-                                      "errors": errors},
-                   router_before={"errors": []})  # fmt: skip
+    obs = observed(
+        refused(),
+        router={
+            "cb_state": {"prefill-0": 1.0, "decode-0": 1.0},
+            "cb_failed": {"prefill-0": 5.0, "decode-0": 5.0},
+            "errors": errors,
+        },
+        router_before={"errors": []},
+    )
     located(obs, "prefill-0", "likely")
 
 
 def test_breakers_open_over_a_broken_link_name_the_link() -> None:
-    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
-                   health={"via router->prefill-0": "did not answer: ConnectError refused"})
+    obs = observed(
+        refused(),
+        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
+        health={"via router->prefill-0": "did not answer: ConnectError refused"},
+    )
     located(obs, "router->prefill-0", "certain")
 
 
@@ -310,8 +470,10 @@ def test_no_available_workers_with_a_vanished_worker_is_that_worker() -> None:
 
 
 def test_a_transport_error_naming_a_link_address_while_the_worker_answers() -> None:
-    error = ('HTTP 502: {"error":{"code":"PD disaggregation request failed","message":"Transport '
-             'error: error sending request for url (' + ADDRESS["router->prefill-0"] + '/v1/chat)"}}')
+    error = (
+        'HTTP 502: {"error":{"code":"PD disaggregation request failed","message":"Transport '
+        "error: error sending request for url (" + ADDRESS["router->prefill-0"] + '/v1/chat)"}}'
+    )
     failed = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=error)
     located(observed(failed), "router->prefill-0", "certain")
 
@@ -323,8 +485,11 @@ def test_prefill_errors_name_the_prefill() -> None:
 
 
 def test_connections_broken_by_a_router_restart() -> None:
-    broken = pending(state="unknown", finished=NOW - 0.5,
-                     error="RemoteProtocolError (ServerDisconnectedError): Server disconnected")
+    broken = pending(
+        state="unknown",
+        finished=NOW - 0.5,
+        error="RemoteProtocolError (ServerDisconnectedError): Server disconnected",
+    )
     obs = observed(broken, started={"router": NOW - 0.4})
     located(obs, "router", "certain", since=NOW - 2.0)
     located(observed(broken), "client->router", "likely", since=NOW - 2.0)
@@ -334,12 +499,26 @@ def test_connections_broken_by_a_router_restart() -> None:
 
 
 def test_failures_before_the_window_start_do_not_outvote_requests_stuck_now() -> None:
-    earlier = [record(100 + i, state="error", sent=None, age=4.0, finished=NOW - 3.0,
-                      error="ConnectError: refused") for i in range(40)]  # fmt: skip
+    earlier = [
+        record(
+            100 + i,
+            state="error",
+            sent=None,
+            age=4.0,
+            finished=NOW - 3.0,
+            error="ConnectError: refused",
+        )
+        for i in range(40)
+    ]
     stuck = pending(30, age=1.8)
-    obs = observed(earlier + stuck, router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
-                            "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        earlier + stuck,
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     diagnosis = located(obs, "decode-0->prefill-0", since=NOW - 2.5)
     assert "40 failed before the current window (set aside)" in diagnosis.evidence[0]
     # Without a window start, the requests stuck now still outrank the older failures.
@@ -360,19 +539,23 @@ def test_the_stray_is_named_as_a_red_herring_from_the_client_ledger() -> None:
 
 
 def test_activity_of_unknown_origin_is_said_plainly() -> None:
-    obs = observed(pending(), processes={"router": "stopped"},
-                   workers={"decode-0": {"num_running_reqs": 6.0}})  # fmt: skip
+    obs = observed(
+        pending(), processes={"router": "stopped"}, workers={"decode-0": {"num_running_reqs": 6.0}}
+    )
     obs.router = {}
     herring = located(obs, "router").red_herrings[0]
     assert "5 of its requests came neither through the router nor from this client" in herring
 
 
 def test_the_split_at_a_worker_says_whose_requests_it_holds() -> None:
-    obs = observed(pending(), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_queue_reqs": 30.0}})
+    obs = observed(
+        pending(), router=in_flight(decode_0=30), workers={"decode-0": {"num_queue_reqs": 30.0}}
+    )
     diagnosis = located(obs, "decode-0")
-    assert any(line.startswith("origins at decode-0: the router's 30 in flight are harness's")
-               for line in diagnosis.evidence)  # fmt: skip
+    assert any(
+        line.startswith("origins at decode-0: the router's 30 in flight are harness's")
+        for line in diagnosis.evidence
+    )
 
 
 # -- the answer itself ----------------------------------------------------------------------------
@@ -385,9 +568,14 @@ def test_nothing_wedged_is_none() -> None:
 
 
 def test_the_rendering_shows_confidence_decisions_and_what_was_ruled_out() -> None:
-    obs = observed(pending(), router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
-                            "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     diagnosis = located(obs, "decode-0->prefill-0")
     diagnosis.oracle = {"location": "prefill-0", "headline": "wedge located at prefill-0"}
     text = diagnosis.render()
@@ -409,19 +597,25 @@ def test_observed_round_trips_and_relocates_identically() -> None:
 
 
 def test_a_link_timeout_counts_only_when_its_far_end_answers_briskly() -> None:
-    base = {"router": in_flight(prefill_0=30, decode_0=30),
-            "workers": {"prefill-0": {"num_running_reqs": 30.0}}}  # fmt: skip
-    obs = observed(pending(), health={"via router->prefill-0": "did not answer within 0.20 s"},
-                   **base)  # fmt: skip
+    base = {
+        "router": in_flight(prefill_0=30, decode_0=30),
+        "workers": {"prefill-0": {"num_running_reqs": 30.0}},
+    }
+    obs = observed(
+        pending(), health={"via router->prefill-0": "did not answer within 0.20 s"}, **base
+    )
     located(obs, "router->prefill-0", "likely")
     obs.health_s["prefill-0"] = 0.15  # a loaded machine: the far end itself is slow
     located(obs, "prefill-0")
 
 
 def test_an_earlier_sample_from_before_the_wedge_cannot_veto_the_latest_gauges() -> None:
-    obs = observed(pending(age=0.6), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
-                   workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}})
+    obs = observed(
+        pending(age=0.6),
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+        workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}},
+    )
     obs.before_at = NOW - 0.7  # taken before the requests were sent
     diagnosis = locate_blind(obs, "harness", 0.3)
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
@@ -431,9 +625,12 @@ def test_an_earlier_sample_from_before_they_were_overdue_cannot_veto_the_latest_
     # Sent 0.74 s ago, and the earlier sample 0.67 s ago: after they were sent, but before
     # they had reached the decode's transfer queue (seen on a loaded machine, kv-transfer-
     # blackhole). Until the oldest was overdue (0.3 s), a zero there proves nothing.
-    obs = observed(pending(age=0.74), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
-                   workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}})
+    obs = observed(
+        pending(age=0.74),
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+        workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}},
+    )
     obs.before_at = NOW - 0.67
     diagnosis = locate_blind(obs, "harness", 0.3)
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
@@ -442,44 +639,66 @@ def test_an_earlier_sample_from_before_they_were_overdue_cannot_veto_the_latest_
 def test_a_gauge_that_emptied_after_they_were_overdue_is_a_blip() -> None:
     # The earlier sample was taken once they were all overdue: had decode-0 held them, its
     # transfer queue would have shown them then too.
-    obs = observed(pending(age=2.0), router=in_flight(decode_0=30),
-                   workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
-                   workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}})
+    obs = observed(
+        pending(age=2.0),
+        router=in_flight(decode_0=30),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 30.0}},
+        workers_before={"decode-0": {"num_decode_transfer_queue_reqs": 0.0}},
+    )
     obs.before_at = NOW - 0.5
     diagnosis = locate_blind(obs, "harness", 1.0)
     assert diagnosis.location != "decode-0->prefill-0", diagnosis.render()
 
 
 def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
-    broken = pending(state="unknown", finished=NOW - 0.2, first_byte=NOW - 1.5, tokens=5,
-                     error="RemoteProtocolError (ClientPayloadError): Response payload is not completed")
+    broken = pending(
+        state="unknown",
+        finished=NOW - 0.2,
+        first_byte=NOW - 1.5,
+        tokens=5,
+        error="RemoteProtocolError (ClientPayloadError): Response payload is not completed",
+    )
     obs = observed(broken, decode=2, started={"decode-1": NOW - 0.3})
     located(obs, "decode-1", "certain", since=NOW - 1.0)
 
 
 def test_refusals_over_a_link_that_swallows_bytes_name_the_link() -> None:
-    obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
-                   traffic={"router->prefill-0": {"downstream_in": 5000.0, "downstream_out": 200.0}},
-                   traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}})
+    obs = observed(
+        refused(),
+        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
+        traffic={"router->prefill-0": {"downstream_in": 5000.0, "downstream_out": 200.0}},
+        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
+    )
     located(obs, "router->prefill-0", "likely")
 
 
 def test_a_bootstrap_server_that_refuses_is_its_prefill() -> None:
-    error = ('HTTP 502: data: {"error":{"message":{"object":"error","message":"bootstrap failed: '
-             'prefill answered 503"}}}')
+    error = (
+        'HTTP 502: data: {"error":{"message":{"object":"error","message":"bootstrap failed: '
+        'prefill answered 503"}}}'
+    )
     failed = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=error)
-    obs = observed(failed, prefill=2, decode=2,
-                   workers={"decode-0": {"num_bootstrap_failed_reqs": 9.0}},
-                   workers_window={"decode-0": {"num_bootstrap_failed_reqs": 0.0}},
-                   router={"cb_failed": {"prefill-1": 9.0, "decode-0": 9.0}},
-                   router_before={"cb_failed": {"prefill-1": 0.0, "decode-0": 0.0}})
+    obs = observed(
+        failed,
+        prefill=2,
+        decode=2,
+        workers={"decode-0": {"num_bootstrap_failed_reqs": 9.0}},
+        workers_window={"decode-0": {"num_bootstrap_failed_reqs": 0.0}},
+        router={"cb_failed": {"prefill-1": 9.0, "decode-0": 9.0}},
+        router_before={"cb_failed": {"prefill-1": 0.0, "decode-0": 0.0}},
+    )
     diagnosis = located(obs, "prefill-1", "certain")
     assert any(r.startswith("decode-0->prefill-1:") for r in diagnosis.ruled_out)
 
 
 def test_a_front_link_that_drops_streams_is_found_before_the_decodes() -> None:
-    cut = pending(state="unknown", finished=NOW - 0.2, first_byte=NOW - 1.5, tokens=4,
-                  error="RemoteProtocolError (ServerDisconnectedError): Server disconnected")
+    cut = pending(
+        state="unknown",
+        finished=NOW - 0.2,
+        first_byte=NOW - 1.5,
+        tokens=4,
+        error="RemoteProtocolError (ServerDisconnectedError): Server disconnected",
+    )
     obs = observed(cut, health={"via client->router": "did not answer: ConnectError refused"})
     located(obs, "client->router", "certain")
 
@@ -487,29 +706,50 @@ def test_a_front_link_that_drops_streams_is_found_before_the_decodes() -> None:
 def test_a_decode_that_never_bootstraps_holds_them_itself() -> None:
     # Preallocation (the decode's own KV memory) is the decode's hold, not the transfer's,
     # even with the prefill holding their KV ready.
-    obs = observed(pending(), router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
-                            "decode-0": {"num_decode_prealloc_queue_reqs": 30.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_prealloc_queue_reqs": 30.0},
+        },
+    )
     diagnosis = located(obs, "decode-0", "likely")
     assert "30 not bootstrapped (preallocating)" in diagnosis.decided_by[0]
 
 
 def test_a_gauge_that_was_zero_in_the_earlier_sample_is_a_blip() -> None:
-    obs = observed(pending(), prefill=2, decode=2, router=in_flight(prefill_0=30, decode_0=30),
-                   workers={"prefill-0": {"num_running_reqs": 30.0},
-                            "decode-1": {"num_decode_transfer_queue_reqs": 3.0}},
-                   workers_before={"decode-1": {"num_decode_transfer_queue_reqs": 0.0}})  # fmt: skip
+    obs = observed(
+        pending(),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=30, decode_0=30),
+        workers={
+            "prefill-0": {"num_running_reqs": 30.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 3.0},
+        },
+        workers_before={"decode-1": {"num_decode_transfer_queue_reqs": 0.0}},
+    )
     located(obs, "prefill-0")
 
 
 def test_of_two_decodes_holding_requests_the_silent_one_holds_the_stalled_streams() -> None:
-    stalled = pending(14, first_byte=NOW - 1.8, first_token=NOW - 1.8, last_byte=NOW - 1.7,
-                      tokens=3)  # fmt: skip
-    obs = observed(stalled, decode=2, router=in_flight(decode_0=14, decode_1=16),
-                   workers={"decode-0": {"num_running_reqs": 15.0, "generation_tokens": 1000.0},
-                            "decode-1": {"num_running_reqs": 16.0, "generation_tokens": 2000.0}},
-                   workers_before={"decode-0": {"generation_tokens": 880.0},
-                                   "decode-1": {"generation_tokens": 1200.0}})  # fmt: skip
+    stalled = pending(
+        14, first_byte=NOW - 1.8, first_token=NOW - 1.8, last_byte=NOW - 1.7, tokens=3
+    )
+    obs = observed(
+        stalled,
+        decode=2,
+        router=in_flight(decode_0=14, decode_1=16),
+        workers={
+            "decode-0": {"num_running_reqs": 15.0, "generation_tokens": 1000.0},
+            "decode-1": {"num_running_reqs": 16.0, "generation_tokens": 2000.0},
+        },
+        workers_before={
+            "decode-0": {"generation_tokens": 880.0},
+            "decode-1": {"generation_tokens": 1200.0},
+        },
+    )
     # decode-0's 240 tok/s are nearly all the stray's (direct); decode-1 streams 1600 tok/s.
     diagnosis = located(obs, "decode-0", "likely")
     assert "tok/s for them" in diagnosis.decided_by[0]
@@ -519,8 +759,14 @@ def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger(
     from pytest_wedge.evidence.snapshot import Snapshot
 
     obs = observed(refused(), router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}})
-    snap = Snapshot(taken_at=NOW, prefill=obs.prefill, decode=obs.decode,
-                    link_names=obs.link_names, client=obs.client, observed=obs)  # fmt: skip
+    snap = Snapshot(
+        taken_at=NOW,
+        prefill=obs.prefill,
+        decode=obs.decode,
+        link_names=obs.link_names,
+        client=obs.client,
+        observed=obs,
+    )
     text = snap.to_json()
     assert text.count('"request_id": "harness-run1-0"') == 1
     again = Snapshot.from_json(text)
@@ -531,11 +777,17 @@ def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger(
 
 def test_kv_held_ready_for_a_waiting_decode_outranks_a_prefill_the_router_waits_on() -> None:
     # 2P2D, a black hole on decode-1->prefill-0: prefill-1's answers are merely slow to drain.
-    obs = observed(pending(10), prefill=2, decode=2,
-                   router=in_flight(prefill_0=10, prefill_1=10, decode_1=20),
-                   workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 10.0},
-                            "prefill-1": {"num_running_reqs": 1.0},
-                            "decode-1": {"num_decode_transfer_queue_reqs": 10.0}})  # fmt: skip
+    obs = observed(
+        pending(10),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=10, prefill_1=10, decode_1=20),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 10.0},
+            "prefill-1": {"num_running_reqs": 1.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 10.0},
+        },
+    )
     located(obs, "decode-1->prefill-0", "certain")
 
 
@@ -543,8 +795,13 @@ def test_kv_held_ready_for_a_waiting_decode_outranks_a_prefill_the_router_waits_
 
 
 def test_without_the_routers_in_flight_count_a_decode_waiting_for_kv_is_the_transfer() -> None:
-    obs = observed(pending(), workers={"prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
-                                       "decode-0": {"num_decode_transfer_queue_reqs": 30.0}})
+    obs = observed(
+        pending(),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
     obs.router_in_flight_known = False
     located(obs, "decode-0->prefill-0", "certain")
 

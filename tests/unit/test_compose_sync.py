@@ -40,10 +40,15 @@ def test_the_compose_file_reads_back_as_the_model() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose v1 is not installed")
+@pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="docker-compose v1 is not installed"
+)
 def test_docker_compose_accepts_the_file() -> None:
     result = subprocess.run(
         ["docker-compose", "-f", str(COMPOSE_DIR / "docker-compose.yml"), "config", "-q"],
-        capture_output=True, text=True, timeout=50, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr

@@ -39,6 +39,8 @@ def test_an_unknown_name_on_an_old_path_is_still_an_attribute_error() -> None:
         ("pytest_wedge.diagnostics", ["diagnose", "locate", "Probe", "dump_stacks"]),
     ],
 )
-def test_former_modules_now_packages_keep_their_public_names(package: str, names: list[str]) -> None:
+def test_former_modules_now_packages_keep_their_public_names(
+    package: str, names: list[str]
+) -> None:
     module = importlib.import_module(package)
     assert [n for n in names if not hasattr(module, n)] == []

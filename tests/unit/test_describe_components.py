@@ -71,8 +71,14 @@ def test_command_and_url_routers_name_their_template_or_url() -> None:
         "router: command (smg-like) (version not known to pytest-wedge) (/opt/my-smg; started by "
         "pytest-wedge from the user's command template '/opt/my-smg launch --port {port}', on the process runtime)"
     )
-    url = RouterSpec(kind="url", url="http://127.0.0.1:9000", like="vllm-router",
-                     prefill_listen=(1,), decode_listen=(2,), bootstrap_ports=(3,))  # fmt: skip
+    url = RouterSpec(
+        kind="url",
+        url="http://127.0.0.1:9000",
+        like="vllm-router",
+        prefill_listen=(1,),
+        decode_listen=(2,),
+        bootstrap_ports=(3,),
+    )
     assert describe_router(url).line() == (
         "router: url (vllm-router-like) (version not known to pytest-wedge) (http://127.0.0.1:9000; "
         "already running; not started or stopped by pytest-wedge)"

@@ -13,8 +13,12 @@ from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate, render_timelin
 from pytest_wedge.diagnostics.timeline import MAX_BARS
 from pytest_wedge.evidence.stacks import render_stacks
 
-FAULT = {"description": "Timeout on decode-0->prefill-0", "target": "decode-0->prefill-0",
-         "started": NOW - 2.5, "ended": None}  # fmt: skip
+FAULT = {
+    "description": "Timeout on decode-0->prefill-0",
+    "target": "decode-0->prefill-0",
+    "started": NOW - 2.5,
+    "ended": None,
+}
 WATCHDOG = {"component": "prefill-0", "watchdog": "inflight_pin", "at": NOW - 0.5}
 
 
@@ -33,11 +37,16 @@ class Attributes(HTMLParser):
 
 
 def black_hole() -> tuple[Snapshot, Diagnosis]:
-    prefill = [entry(r, "ok", running=1.85, kv_ready=1.8, transfer_start=1.7, finished=1.7)
-               for r in ids()]  # fmt: skip
+    prefill = [
+        entry(r, "ok", running=1.85, kv_ready=1.8, transfer_start=1.7, finished=1.7) for r in ids()
+    ]
     decode = [entry(r, "transfer", transfer_start=1.85) for r in ids()]
-    snap = snapshot([record(i) for i in range(30)], prefill, decode,
-                    log_paths={"router": "/nonexistent/router.log"})  # fmt: skip
+    snap = snapshot(
+        [record(i) for i in range(30)],
+        prefill,
+        decode,
+        log_paths={"router": "/nonexistent/router.log"},
+    )
     return snap, locate(snap)
 
 
@@ -49,8 +58,9 @@ def parse(page: str) -> Attributes:
 
 def test_timeline_has_a_row_per_request_grouped_by_origin_and_the_labelled_fault() -> None:
     snap, diagnosis = black_hole()
-    page = render_timeline(diagnosis, snap, [FAULT], [WATCHDOG], title="test_x",
-                           failure="AssertionError: 3 stuck")  # fmt: skip
+    page = render_timeline(
+        diagnosis, snap, [FAULT], [WATCHDOG], title="test_x", failure="AssertionError: 3 stuck"
+    )
     dom = parse(page)
     rows = [a for a in dom.found if a.get("class") == "row"]
     assert {r["data-origin"] for r in rows} == {"harness", "stray-1"}
@@ -76,8 +86,9 @@ def test_timeline_is_self_contained() -> None:
 
 def test_timeline_caps_rows() -> None:
     snap, diagnosis = black_hole()
-    snap.client = [record(i, origin="stray-9", state="ok", finished=NOW - 0.1)
-                   for i in range(3000)] + snap.client  # fmt: skip
+    snap.client = [
+        record(i, origin="stray-9", state="ok", finished=NOW - 0.1) for i in range(3000)
+    ] + snap.client
     page = render_timeline(diagnosis, snap, [], max_bars=MAX_BARS)
     rows = [a for a in parse(page).found if a.get("class") == "row"]
     assert len(rows) == MAX_BARS
@@ -91,8 +102,15 @@ def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
     log = tmp_path / "router.log"
     log.write_text("router says hi\n")
     snap.log_paths = {"router": str(log)}
-    out = write_artifacts(tmp_path / "a", diagnosis, snap, [], [FAULT], [WATCHDOG],
-                          stacks={"decode-0": "Thread 1 (idle)"})  # fmt: skip
+    out = write_artifacts(
+        tmp_path / "a",
+        diagnosis,
+        snap,
+        [],
+        [FAULT],
+        [WATCHDOG],
+        stacks={"decode-0": "Thread 1 (idle)"},
+    )
     summary = json.loads((out / "diagnosis.json").read_text())
     assert summary["location"] == "decode-0->prefill-0"
     assert set(summary) >= {"evidence", "stuck", "red_herrings", "watchdogs", "faults"}
@@ -100,7 +118,10 @@ def test_write_artifacts_lays_out_every_file(tmp_path: Path) -> None:
     client = json.loads((out / "ledgers" / "client.json").read_text())
     assert client["format"] == "pytest-wedge/client-ledger" and len(client["records"]) == 30
     assert {p.name for p in (out / "ledgers").iterdir()} == {
-        "client.json", "prefill-0.json", "decode-0.json"}
+        "client.json",
+        "prefill-0.json",
+        "decode-0.json",
+    }
     assert (out / "logs" / "router.log").read_text() == "router says hi\n"
     assert "secondary evidence" in (out / "stacks.txt").read_text()
     assert 'data-link="client->router"' in (out / "timeline.html").read_text()
@@ -114,15 +135,25 @@ def test_stacks_text_states_its_limits() -> None:
 
 def test_diagnosis_json_shows_both_locators_when_they_disagree(tmp_path: Path) -> None:
     snap, oracle = black_hole()
-    blind = Diagnosis(location="prefill-0", origin="harness", confidence="likely",
-                      decided_by=["prefill-0 holds 30 prefilling"], locator="blind",
-                      ruled_out=["router: it answers /health"], wedged=30, total=30,
-                      oracle={"location": oracle.location, "headline": oracle.headline()})  # fmt: skip
+    blind = Diagnosis(
+        location="prefill-0",
+        origin="harness",
+        confidence="likely",
+        decided_by=["prefill-0 holds 30 prefilling"],
+        locator="blind",
+        ruled_out=["router: it answers /health"],
+        wedged=30,
+        total=30,
+        oracle={"location": oracle.location, "headline": oracle.headline()},
+    )
     out = write_artifacts(tmp_path / "a", blind, snap)
     summary = json.loads((out / "diagnosis.json").read_text())
     assert summary["locator"] == "blind" and summary["confidence"] == "likely"
     assert summary["oracle"]["location"] == "decode-0->prefill-0"
     assert summary["ruled_out"] == ["router: it answers /health"]
-    assert "the oracle (ground truth: stub ledgers, faults) says decode-0->prefill-0" in summary["rendered"]
+    assert (
+        "the oracle (ground truth: stub ledgers, faults) says decode-0->prefill-0"
+        in summary["rendered"]
+    )
     agreeing = Diagnosis(location="decode-0->prefill-0", origin="harness", locator="blind")
     assert not agreeing.disagrees() and "oracle" not in agreeing.render()

@@ -27,25 +27,46 @@ def record(rid: str, state: str = "ok", origin: str = "harness") -> RequestRecor
     return r
 
 
-def entry(rid: str, room: int | None, state: str, at: float, *, tokens: int = 0,
-          origin: str = "harness", first_token: bool = False, error: str | None = None
-          ) -> dict[str, Any]:  # fmt: skip
+def entry(
+    rid: str,
+    room: int | None,
+    state: str,
+    at: float,
+    *,
+    tokens: int = 0,
+    origin: str = "harness",
+    first_token: bool = False,
+    error: str | None = None,
+) -> dict[str, Any]:
     t = {"arrived": at}
     if first_token:
         t["first_token"] = at + 0.01
-    return {"request_id": rid, "origin": origin, "room": room, "state": state,
-            "tokens": tokens, "error": error, "t": t}  # fmt: skip
+    return {
+        "request_id": rid,
+        "origin": origin,
+        "room": room,
+        "state": state,
+        "tokens": tokens,
+        "error": error,
+        "t": t,
+    }
 
 
 def ledgers(prefill: list[dict[str, Any]], decode: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"prefill-0": {"role": "prefill", "entries": prefill},
-            "decode-0": {"role": "decode", "entries": decode}}  # fmt: skip
+    return {
+        "prefill-0": {"role": "prefill", "entries": prefill},
+        "decode-0": {"role": "decode", "entries": decode},
+    }
 
 
 def test_one_attempt_per_request_is_one_execution() -> None:
-    led = ledgers([entry("a", 1, "ok", 1.0), entry("b", 2, "ok", 1.1)],
-                  [entry("a", 1, "ok", 1.0, tokens=8, first_token=True),
-                   entry("b", 2, "ok", 1.1, tokens=8, first_token=True)])  # fmt: skip
+    led = ledgers(
+        [entry("a", 1, "ok", 1.0), entry("b", 2, "ok", 1.1)],
+        [
+            entry("a", 1, "ok", 1.0, tokens=8, first_token=True),
+            entry("b", 2, "ok", 1.1, tokens=8, first_token=True),
+        ],
+    )
     executions = count_executions([record("a"), record("b")], led, origin="harness")
     assert [e.request_id for e in executions] == ["a", "b"]
     for e in executions:
@@ -57,11 +78,15 @@ def test_one_attempt_per_request_is_one_execution() -> None:
 
 def test_a_replay_the_decode_had_run_is_a_duplicate_named_with_rooms_and_workers() -> None:
     led = ledgers(
-        [entry("a", 7, "error", 1.0, error="error_status fault: 500 after the KV hand-over"),
-         entry("a", 9, "ok", 1.2)],
-        [entry("a", 7, "aborted", 1.0, tokens=3, first_token=True),  # cut mid-stream
-         entry("a", 9, "ok", 1.2, tokens=8, first_token=True)],
-    )  # fmt: skip
+        [
+            entry("a", 7, "error", 1.0, error="error_status fault: 500 after the KV hand-over"),
+            entry("a", 9, "ok", 1.2),
+        ],
+        [
+            entry("a", 7, "aborted", 1.0, tokens=3, first_token=True),  # cut mid-stream
+            entry("a", 9, "ok", 1.2, tokens=8, first_token=True),
+        ],
+    )
     (execution,) = count_executions([record("a")], led, origin="harness")
     assert execution.rooms == (7, 9) and execution.retries == 1
     # Executed twice (tokens on both attempts) though it ran to completion only once.
@@ -74,12 +99,16 @@ def test_a_replay_the_decode_had_run_is_a_duplicate_named_with_rooms_and_workers
     text = str(error)
     assert "request ids: 1 of harness; 1 retried by the router; 1 executed more than once" in text
     assert "a: 2 attempt(s), 2 executed, 1 ran to completion (client: ok)" in text
-    assert ("attempt 1, room 7: prefill-0 error [error_status fault: 500 after the KV "
-            "hand-over], decode-0 aborted (3 tokens)") in text  # fmt: skip
+    assert (
+        "attempt 1, room 7: prefill-0 error [error_status fault: 500 after the KV "
+        "hand-over], decode-0 aborted (3 tokens)"
+    ) in text
     assert "attempt 2, room 9: prefill-0 ok, decode-0 ok (8 tokens)" in text
     assert "sglang issue #34572" in error.fix
-    assert retry_table([execution]) == "a: 2 attempts, rooms 7, 9; workers prefill-0, decode-0; " \
-                                       "2 executed"
+    assert (
+        retry_table([execution]) == "a: 2 attempts, rooms 7, 9; workers prefill-0, decode-0; "
+        "2 executed"
+    )
 
 
 def test_a_replay_of_an_attempt_no_decode_started_is_a_retry_not_a_duplicate() -> None:
@@ -95,22 +124,33 @@ def test_a_replay_of_an_attempt_no_decode_started_is_a_retry_not_a_duplicate() -
 
 def test_attempts_are_ordered_by_arrival_and_split_across_decodes() -> None:
     led = {
-        "prefill-0": {"role": "prefill", "entries": [entry("a", 2, "ok", 2.0),
-                                                     entry("a", 1, "error", 1.0)]},
+        "prefill-0": {
+            "role": "prefill",
+            "entries": [entry("a", 2, "ok", 2.0), entry("a", 1, "error", 1.0)],
+        },
         "decode-0": {"role": "decode", "entries": [entry("a", 1, "aborted", 1.0)]},
-        "decode-1": {"role": "decode", "entries": [entry("a", 2, "ok", 2.0, tokens=4,
-                                                         first_token=True)]},
-    }  # fmt: skip
+        "decode-1": {
+            "role": "decode",
+            "entries": [entry("a", 2, "ok", 2.0, tokens=4, first_token=True)],
+        },
+    }
     (execution,) = count_executions([record("a")], led)
     assert execution.rooms == (1, 2)
-    assert [a.workers for a in execution.attempts] == [("prefill-0", "decode-0"),
-                                                       ("prefill-0", "decode-1")]
+    assert [a.workers for a in execution.attempts] == [
+        ("prefill-0", "decode-0"),
+        ("prefill-0", "decode-1"),
+    ]
     assert execution.workers == ("prefill-0", "decode-0", "decode-1")
 
 
 def test_origins_are_kept_apart_and_direct_requests_are_attempts_of_their_own() -> None:
-    led = ledgers([], [entry("s", None, "ok", 1.0, tokens=4, first_token=True, origin="stray-1"),
-                       entry("a", 3, "ok", 1.0, tokens=4, first_token=True)])  # fmt: skip
+    led = ledgers(
+        [],
+        [
+            entry("s", None, "ok", 1.0, tokens=4, first_token=True, origin="stray-1"),
+            entry("a", 3, "ok", 1.0, tokens=4, first_token=True),
+        ],
+    )
     stray = count_executions([record("s", origin="stray-1")], led, origin="stray-1")
     assert [(e.request_id, e.rooms, e.executed) for e in stray] == [("s", (None,), 1)]
     harness = count_executions([record("a")], led, origin="harness")
@@ -142,8 +182,10 @@ def test_many_duplicates_are_listed_eight_at_most_then_named() -> None:
 def test_a_snapshot_form_counts_the_same_client_json_and_bare_entry_lists() -> None:
     # diagnostics snapshots keep each worker's entries as a list and the client ledger as JSON.
     pre = [entry("a", 7, "error", 1.0), entry("a", 9, "ok", 1.2)]
-    dec = [entry("a", 7, "ok", 1.0, tokens=2, first_token=True),
-           entry("a", 9, "ok", 1.2, tokens=2, first_token=True)]  # fmt: skip
+    dec = [
+        entry("a", 7, "ok", 1.0, tokens=2, first_token=True),
+        entry("a", 9, "ok", 1.2, tokens=2, first_token=True),
+    ]
     client = [{"request_id": "a", "origin": "harness", "state": "ok"}]
     from_snapshot = count_executions(client, {"prefill-0": pre, "decode-0": dec}, "harness")
     from_handle = count_executions([record("a")], ledgers(pre, dec), "harness")

@@ -30,8 +30,9 @@ from pytest_wedge.faults.registry import legacy_target_keywords
 from pytest_wedge.stubs.faults import KINDS, parse_fault
 from pytest_wedge.topology.spec import TopologySpec
 
-ENGINE_FAULTS = sorted((c for c in FAULT_REGISTRY.values() if issubclass(c, EngineFault)),
-                       key=lambda c: c.__name__)  # fmt: skip
+ENGINE_FAULTS = sorted(
+    (c for c in FAULT_REGISTRY.values() if issubclass(c, EngineFault)), key=lambda c: c.__name__
+)
 BOOKKEEPING = {"target", "origin", "instance_id"}  # fields that are not stub parameters
 
 
@@ -75,8 +76,9 @@ def test_every_stub_kind_has_exactly_one_class() -> None:
         (faults.CoRestart, "decode", "decode-1", {}),
     ],
 )
-def test_old_target_keywords_still_work_and_warn(cls: type[Fault], keyword: str, target: str,
-                                                 extra: dict[str, Any]) -> None:  # fmt: skip
+def test_old_target_keywords_still_work_and_warn(
+    cls: type[Fault], keyword: str, target: str, extra: dict[str, Any]
+) -> None:
     with pytest.warns(DeprecationWarning, match=rf"{cls.__name__}\({keyword}=\.\.\.\)"):
         old = cls(**{keyword: target}, **extra)
     with warnings.catch_warnings():
@@ -101,9 +103,13 @@ def test_every_registered_fault_has_one_target_field_first() -> None:
 
 
 def test_the_registry_holds_every_exported_concrete_fault_and_no_base() -> None:
-    exported = {name for name in faults.__all__
-                if isinstance(cls := getattr(faults, name), type) and issubclass(cls, Fault)
-                and not inspect.isabstract(cls)}  # fmt: skip
+    exported = {
+        name
+        for name in faults.__all__
+        if isinstance(cls := getattr(faults, name), type)
+        and issubclass(cls, Fault)
+        and not inspect.isabstract(cls)
+    }
     bases = {"Fault", "Toxic", "EngineFault", "ComponentFault"}
     assert set(FAULT_REGISTRY) == exported - bases
     with pytest.raises(TypeError):

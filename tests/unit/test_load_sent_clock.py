@@ -167,14 +167,22 @@ def test_the_table_shows_the_sent_clock_and_what_was_never_sent() -> None:
 
 def _send(client_kind: str, base_url: str, mode: str, **kwargs: Any) -> RequestRecord:
     ledger = ClientLedger()
-    record = RequestRecord(request_id=f"{client_kind}-{mode}-{time.monotonic_ns()}",
-                           origin="harness", target=base_url)  # fmt: skip
+    record = RequestRecord(
+        request_id=f"{client_kind}-{mode}-{time.monotonic_ns()}", origin="harness", target=base_url
+    )
 
     async def main() -> None:
         client = new_aiohttp_session() if client_kind == "aiohttp" else new_httpx_client()
         try:
-            await send_chat(client, ledger, record, messages=[{"role": "user", "content": "hi"}],
-                            max_tokens=3, extra_body={"test_mode": mode}, **kwargs)  # fmt: skip
+            await send_chat(
+                client,
+                ledger,
+                record,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=3,
+                extra_body={"test_mode": mode},
+                **kwargs,
+            )
         finally:
             await (client.aclose() if isinstance(client, httpx.AsyncClient) else client.close())
 
@@ -236,10 +244,16 @@ def test_a_request_waiting_for_the_pool_is_held_by_the_client_not_overdue() -> N
             client = new_httpx_client(max_connections=1)
             try:
                 hold = asyncio.create_task(send_chat(client, ledger, first, messages=[], pool=pool))
-                wait = asyncio.create_task(send_chat(
-                    client, ledger, second, messages=[], pool=pool,
-                    extra_body={"test_mode": "ok"},
-                ))  # fmt: skip
+                wait = asyncio.create_task(
+                    send_chat(
+                        client,
+                        ledger,
+                        second,
+                        messages=[],
+                        pool=pool,
+                        extra_body={"test_mode": "ok"},
+                    )
+                )
                 # The first on the wire (the server has it) and the second held long enough: on
                 # a loaded machine the first's connect can outlast the second's 0.2 s.
                 async with asyncio.timeout(10):
@@ -319,8 +333,9 @@ def test_a_wedge_shows_only_once_every_first_round_request_left_the_client() -> 
     records.append(_record("late", round=0, attempt=0, created=NOW - 5.0))  # not sent yet
     seen = showing(records, agents=4, overdue_after_s=0.3, finished=False, now=NOW)
     assert seen.held == 3 and seen.not_sent_yet == 1 and not seen.decided(expect_wedge=True)
-    assert not showing(records[:3], agents=4, overdue_after_s=0.3, finished=False,
-                       now=NOW).decided(expect_wedge=True)  # fmt: skip
+    assert not showing(records[:3], agents=4, overdue_after_s=0.3, finished=False, now=NOW).decided(
+        expect_wedge=True
+    )
     # Incident 6: the client's exhausted pool holds the rest; that is the wedge showing.
     pool_held = _first_wave(2, sent=NOW - 2.0) + [
         _record(f"q{i}", round=0, attempt=0, created=NOW - 2.0, pool_limit=2, pool_in_use=2)

@@ -16,8 +16,15 @@ def engine(role: str, protocol: str) -> Engine:
 
 
 def entry(eng: Engine, state: str) -> Entry:
-    e = Entry(request_id=state, origin="harness", room=1, path="/generate", stream=False,
-              prompt_tokens=10, max_tokens=4)  # fmt: skip
+    e = Entry(
+        request_id=state,
+        origin="harness",
+        room=1,
+        path="/generate",
+        stream=False,
+        prompt_tokens=10,
+        max_tokens=4,
+    )
     eng.ledger.open(e, state)
     return e
 
@@ -37,19 +44,34 @@ def vllm_metrics_text(eng: Engine) -> str:
 
 
 def test_both_engines_read_as_the_same_canonical_quantities() -> None:
-    sglang = parse_engine_metrics(exposition.render(exposition.make_registry(busy_decode(
-        "sglang"))).decode())  # fmt: skip
+    sglang = parse_engine_metrics(
+        exposition.render(exposition.make_registry(busy_decode("sglang"))).decode()
+    )
     vllm = parse_engine_metrics(vllm_metrics_text(busy_decode("vllm")))
     shared = set(vllm)
-    assert shared == {"num_running_reqs", "num_queue_reqs", "num_decode_transfer_queue_reqs",
-                      "generation_tokens", "prompt_tokens", "num_aborted_requests",
-                      "num_transfer_failed_reqs", "num_bootstrap_failed_reqs"}  # fmt: skip
-    for key in ("num_running_reqs", "num_decode_transfer_queue_reqs", "generation_tokens",
-                "prompt_tokens", "num_transfer_failed_reqs"):  # fmt: skip
+    assert shared == {
+        "num_running_reqs",
+        "num_queue_reqs",
+        "num_decode_transfer_queue_reqs",
+        "generation_tokens",
+        "prompt_tokens",
+        "num_aborted_requests",
+        "num_transfer_failed_reqs",
+        "num_bootstrap_failed_reqs",
+    }
+    for key in (
+        "num_running_reqs",
+        "num_decode_transfer_queue_reqs",
+        "generation_tokens",
+        "prompt_tokens",
+        "num_transfer_failed_reqs",
+    ):
         assert vllm[key] == sglang[key], key
     # vLLM folds the preallocation wait into "capacity": SGLang's two queues, summed.
-    assert vllm["num_queue_reqs"] == sglang["num_queue_reqs"] + sglang[
-        "num_decode_prealloc_queue_reqs"]  # fmt: skip
+    assert (
+        vllm["num_queue_reqs"]
+        == sglang["num_queue_reqs"] + sglang["num_decode_prealloc_queue_reqs"]
+    )
     assert vllm["num_running_reqs"] == 2.0 and vllm["num_decode_transfer_queue_reqs"] == 1.0
 
 
@@ -58,9 +80,14 @@ def test_vllm_text_has_only_vllm_names_and_one_engine_label() -> None:
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert lines and all(line.startswith("vllm:") for line in lines)
     assert all('engine="0"' in line for line in lines)
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                 "vllm:kv_cache_usage_perc", "vllm:num_requests_waiting_by_reason",
-                 "vllm:generation_tokens_total", "vllm:nixl_num_failed_transfers_total"):  # fmt: skip
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:generation_tokens_total",
+        "vllm:nixl_num_failed_transfers_total",
+    ):
         assert any(line.startswith(name + "{") for line in lines), name
 
 
@@ -83,10 +110,12 @@ def test_the_vocabulary_follows_the_text() -> None:
 
 
 def test_dp_ranks_and_label_sets_are_summed() -> None:
-    text = ('vllm:num_requests_running{engine="0",model_name="m"} 2\n'
-            'vllm:num_requests_running{engine="1",model_name="m"} 3\n'
-            'vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 4\n'
-            'vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9\n')  # fmt: skip
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="m"} 2\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 3\n'
+        'vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 4\n'
+        'vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9\n'
+    )
     values = parse_engine_metrics(text)
     assert values == {"num_running_reqs": 5.0, "num_aborted_requests": 4.0}
 
@@ -96,13 +125,18 @@ def test_vllm_routers_own_names_are_read_into_smgs_keys() -> None:
     the keys the locators read for smg; labels are the worker URLs the router was given."""
     from pytest_wedge.evidence.parse import parse_router_metrics
 
-    text = "\n".join([
-        'vllm_router_worker_health{worker="http://127.0.0.1:1"} 1',
-        'vllm_router_worker_health{worker="http://127.0.0.1:2"} 0',
-        'vllm_router_pd_prefill_errors_total{worker="http://127.0.0.1:1"} 3',
-        'vllm_router_pd_decode_errors_total{worker="http://127.0.0.1:2"} 2',
-        'vllm_router_pd_active_decode_requests{worker="http://127.0.0.1:2",rank="aggregate"} 1',
-    ]) + "\n"  # fmt: skip
+    text = (
+        "\n".join(
+            [
+                'vllm_router_worker_health{worker="http://127.0.0.1:1"} 1',
+                'vllm_router_worker_health{worker="http://127.0.0.1:2"} 0',
+                'vllm_router_pd_prefill_errors_total{worker="http://127.0.0.1:1"} 3',
+                'vllm_router_pd_decode_errors_total{worker="http://127.0.0.1:2"} 2',
+                'vllm_router_pd_active_decode_requests{worker="http://127.0.0.1:2",rank="aggregate"} 1',
+            ]
+        )
+        + "\n"
+    )
     names = {"http://127.0.0.1:1": "prefill-0", "http://127.0.0.1:2": "decode-0"}
     seen = parse_router_metrics(text, names)
     assert seen["health"] == {"prefill-0": 1.0, "decode-0": 0.0}

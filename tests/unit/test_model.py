@@ -28,10 +28,16 @@ EXE = Executables(python="/venv/bin/python", smg="/venv/bin/smg", toxiproxy="/bi
 def test_links_cover_every_hop_including_each_transfer_pair():
     spec = TopologySpec(prefill=2, decode=2)
     assert spec.link_names() == [
-        "client->router", "router->prefill-0", "router->prefill-1", "router->decode-0",
-        "router->decode-1", "decode-0->prefill-0", "decode-0->prefill-1",
-        "decode-1->prefill-0", "decode-1->prefill-1",
-    ]  # fmt: skip
+        "client->router",
+        "router->prefill-0",
+        "router->prefill-1",
+        "router->decode-0",
+        "router->decode-1",
+        "decode-0->prefill-0",
+        "decode-0->prefill-1",
+        "decode-1->prefill-0",
+        "decode-1->prefill-1",
+    ]
 
 
 def test_components_point_at_link_listen_ports_never_at_peers():
@@ -88,8 +94,7 @@ def test_bad_value_error_says_where_it_came_from():
 
 def test_marker_builds_a_hashable_spec():
     parsed = parse_marker((), {"decode": 2, "router_args": ["--x", "1"], "stub": {"itl_ms": 1}})
-    assert parsed.spec == TopologySpec(decode=2, router_args=("--x", "1"),
-                                       stub=parsed.spec.stub)  # fmt: skip
+    assert parsed.spec == TopologySpec(decode=2, router_args=("--x", "1"), stub=parsed.spec.stub)
     assert parsed.spec.stub.itl_ms == 1
     hash(parsed.spec)
 
@@ -111,21 +116,37 @@ def test_bad_marker_arguments_explain_themselves(args, kwargs, message):
 @pytest.mark.parametrize(
     ("fault", "payload"),
     [
-        (Latency("router->decode-0", latency_ms=300, jitter_ms=10),
-         {"type": "latency", "stream": "downstream", "attributes": {"latency": 300, "jitter": 10}}),
-        (Bandwidth("client->router", rate_kb_per_s=5, stream="upstream"),
-         {"type": "bandwidth", "stream": "upstream", "attributes": {"rate": 5}}),
-        (SlowClose("client->router", delay_ms=100),
-         {"type": "slow_close", "attributes": {"delay": 100}}),
+        (
+            Latency("router->decode-0", latency_ms=300, jitter_ms=10),
+            {
+                "type": "latency",
+                "stream": "downstream",
+                "attributes": {"latency": 300, "jitter": 10},
+            },
+        ),
+        (
+            Bandwidth("client->router", rate_kb_per_s=5, stream="upstream"),
+            {"type": "bandwidth", "stream": "upstream", "attributes": {"rate": 5}},
+        ),
+        (
+            SlowClose("client->router", delay_ms=100),
+            {"type": "slow_close", "attributes": {"delay": 100}},
+        ),
         (Timeout("decode-0->prefill-0"), {"type": "timeout", "attributes": {"timeout": 0}}),
-        (ResetPeer("client->router", timeout_ms=5),
-         {"type": "reset_peer", "attributes": {"timeout": 5}}),
-        (Slicer("client->router", average_size_bytes=8, delay_us=50),
-         {"type": "slicer", "attributes": {"average_size": 8, "size_variation": 0, "delay": 50}}),
-        (LimitData("client->router", bytes=100),
-         {"type": "limit_data", "attributes": {"bytes": 100}}),
+        (
+            ResetPeer("client->router", timeout_ms=5),
+            {"type": "reset_peer", "attributes": {"timeout": 5}},
+        ),
+        (
+            Slicer("client->router", average_size_bytes=8, delay_us=50),
+            {"type": "slicer", "attributes": {"average_size": 8, "size_variation": 0, "delay": 50}},
+        ),
+        (
+            LimitData("client->router", bytes=100),
+            {"type": "limit_data", "attributes": {"bytes": 100}},
+        ),
     ],
-)  # fmt: skip
+)
 def test_network_faults_are_toxiproxy_toxics(fault, payload):
     body = fault.payload()
     for key, value in payload.items():
@@ -148,8 +169,7 @@ def test_toxicity_and_stream_are_validated():
 
 def test_engine_fault_payloads():
     stall = StallAfterTokens("decode-0", tokens=3)
-    assert stall.payload() == {
-        "name": stall.fault_name, "kind": "stall_after_tokens", "tokens": 3}  # fmt: skip
+    assert stall.payload() == {"name": stall.fault_name, "kind": "stall_after_tokens", "tokens": 3}
     assert stall.fault_name == f"wedge-stall_after_tokens-{stall.instance_id}"
     body = ErrorStatus("prefill-0", status=503, origin="harness").payload()
     assert body["status"] == 503 and body["origin"] == "harness"

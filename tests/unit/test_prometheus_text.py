@@ -35,15 +35,20 @@ unicode{name="ölçü"} 7
 
 
 def reference(text: str) -> list[tuple[str, dict[str, str], float]]:
-    return [(s.name, dict(s.labels), s.value) for family in text_string_to_metric_families(text)
-            for s in family.samples]  # fmt: skip
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
 
 
-def same(a: list[tuple[str, dict[str, str], float]],
-         b: list[tuple[str, dict[str, str], float]]) -> bool:  # fmt: skip
+def same(
+    a: list[tuple[str, dict[str, str], float]], b: list[tuple[str, dict[str, str], float]]
+) -> bool:
     # prometheus-client gives an int for an integral value; NaN is not equal to itself.
     return [(n, labels, repr(float(v))) for n, labels, v in a] == [
-        (n, labels, repr(float(v))) for n, labels, v in b]  # fmt: skip
+        (n, labels, repr(float(v))) for n, labels, v in b
+    ]
 
 
 def engine_texts() -> list[str]:
@@ -56,9 +61,11 @@ def engine_texts() -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize("text", [HANDWRITTEN, *engine_texts()],
-                         ids=["handwritten", "sglang-prefill", "sglang-decode", "vllm-prefill",
-                              "vllm-decode"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [HANDWRITTEN, *engine_texts()],
+    ids=["handwritten", "sglang-prefill", "sglang-decode", "vllm-prefill", "vllm-decode"],
+)
 def test_every_sample_reads_as_prometheus_client_reads_it(text: str) -> None:
     ours = parse_samples(text)
     assert ours, "nothing parsed"
@@ -68,16 +75,21 @@ def test_every_sample_reads_as_prometheus_client_reads_it(text: str) -> None:
 def test_names_select_samples_by_prefix_in_text_order() -> None:
     got = parse_samples(HANDWRITTEN, ("odd_values", "smg_admission"))
     assert [(name, labels.get("kind")) for name, labels, _ in got] == [
-        ("smg_admission_inflight", None), ("odd_values", "nan"), ("odd_values", "inf"),
-        ("odd_values", "minus inf")]  # fmt: skip
+        ("smg_admission_inflight", None),
+        ("odd_values", "nan"),
+        ("odd_values", "inf"),
+        ("odd_values", "minus inf"),
+    ]
 
 
 def test_metric_value_sums_matching_labels_and_samples_lists_them() -> None:
     assert metric_value(HANDWRITTEN, "smg_http_responses_total") == 1203
     assert metric_value(HANDWRITTEN, "smg_http_responses_total", status_code="503") == 3
     assert metric_value(HANDWRITTEN, "absent_total") == 0
-    assert samples(HANDWRITTEN, "histogram_bucket") == [({"le": "+Inf"}, 7.0),
-                                                        ({"le": "0.005"}, 2.0)]  # fmt: skip
+    assert samples(HANDWRITTEN, "histogram_bucket") == [
+        ({"le": "+Inf"}, 7.0),
+        ({"le": "0.005"}, 2.0),
+    ]
     # A name that is only a prefix of another is not that other.
     assert samples(HANDWRITTEN, "histogram") == []
 
@@ -96,6 +108,5 @@ def test_the_engines_lines_never_need_the_slow_parser(monkeypatch: pytest.Monkey
     monkeypatch.setattr(prometheus, "_slow", refuse)
     for text in engine_texts():
         assert parse_samples(text)
-    common = [line for line in HANDWRITTEN.splitlines()
-              if not line.startswith(("#", "spaced_out"))]  # fmt: skip
+    common = [line for line in HANDWRITTEN.splitlines() if not line.startswith(("#", "spaced_out"))]
     assert len(parse_samples("\n".join(common))) == len(common)

@@ -74,8 +74,9 @@ def options_missing_from(page: str, loads: tuple[type, ...]) -> list[str]:
     for load in loads:
         heading = f"## `{load.__name__}`"
         documented = rows(section(page, heading)) if heading + "\n" in page else set()
-        missing += [f"{load.__name__}.{e.name}" for e in option_entries(load)
-                    if e.name not in documented]  # fmt: skip
+        missing += [
+            f"{load.__name__}.{e.name}" for e in option_entries(load) if e.name not in documented
+        ]
     return missing
 
 
@@ -88,8 +89,9 @@ def test_the_committed_pages_are_what_the_code_renders() -> None:
     diffs = []
     for name in stale:
         old = (REFERENCE / name).read_text().splitlines() if (REFERENCE / name).is_file() else []
-        diff = difflib.unified_diff(old, pages[name].splitlines(), f"committed/{name}",
-                                    f"rendered/{name}", lineterm="", n=1)  # fmt: skip
+        diff = difflib.unified_diff(
+            old, pages[name].splitlines(), f"committed/{name}", f"rendered/{name}", lineterm="", n=1
+        )
         diffs.append("\n".join(list(diff)[:40]))
     assert not stale, (
         f"docs/reference is stale (not what the code renders): {', '.join(stale)}\n"
@@ -114,8 +116,12 @@ def test_every_registered_fault_and_field_is_on_the_faults_page() -> None:
 
 def test_every_fault_and_field_has_a_description() -> None:
     undescribed = [name for name, cls in package_faults().items() if not own_docstring(cls)]
-    undescribed += [f"{name}.{e.name}" for name, cls in package_faults().items()
-                    for e in fault_entries(cls) if not e.meaning]  # fmt: skip
+    undescribed += [
+        f"{name}.{e.name}"
+        for name, cls in package_faults().items()
+        for e in fault_entries(cls)
+        if not e.meaning
+    ]
     assert undescribed == [], (
         "give each fault a class docstring and each field an attribute docstring (a string "
         "literal on the line below the field)"
@@ -166,13 +172,20 @@ def test_every_load_option_is_on_the_harness_page() -> None:
 
 def test_every_load_option_has_a_meaning_and_every_meaning_an_option() -> None:
     loads = tuple(load for load, _, _ in LOADS)
-    undescribed = [f"{load.__name__}.{e.name}" for load in loads
-                   for e in option_entries(load) if not e.meaning]  # fmt: skip
+    undescribed = [
+        f"{load.__name__}.{e.name}" for load in loads for e in option_entries(load) if not e.meaning
+    ]
     assert undescribed == [], "add a row to pytest_wedge/load/meanings.py OPTION_MEANINGS"
-    options = {(load.__name__, name) for load in loads
-               for name in inspect.signature(load.__init__).parameters}  # fmt: skip
-    stale = [key for key in OPTION_MEANINGS
-             if not any(key in (name, f"{load}.{name}") for load, name in options)]  # fmt: skip
+    options = {
+        (load.__name__, name)
+        for load in loads
+        for name in inspect.signature(load.__init__).parameters
+    }
+    stale = [
+        key
+        for key in OPTION_MEANINGS
+        if not any(key in (name, f"{load}.{name}") for load, name in options)
+    ]
     assert stale == [], "these rows of OPTION_MEANINGS name no option of any load"
 
 
@@ -244,8 +257,11 @@ def test_the_metrics_page_gives_each_metric_its_meaning() -> None:
 
 def test_every_setting_is_on_the_settings_page() -> None:
     page = committed("settings.md")
-    missing = [name for name, s in SETTINGS.items()
-               if f"| `{name}` |" not in page or (s.has_option and s.option not in page)]  # fmt: skip
+    missing = [
+        name
+        for name, s in SETTINGS.items()
+        if f"| `{name}` |" not in page or (s.has_option and s.option not in page)
+    ]
     assert missing == [], f"missing from docs/reference/settings.md. {FIX}"
 
 

@@ -12,17 +12,38 @@ from pytest_wedge.routers.template import TemplateValues, render_template, split
 from pytest_wedge.topology.keywords import wedge
 from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
 
-VALUES = TemplateValues("127.0.0.1", 9000, 9001, ("http://127.0.0.1:9010", "http://127.0.0.1:9011"),
-                        ("http://127.0.0.1:9020",), (9030, 9031), "/py")  # fmt: skip
+VALUES = TemplateValues(
+    "127.0.0.1",
+    9000,
+    9001,
+    ("http://127.0.0.1:9010", "http://127.0.0.1:9011"),
+    ("http://127.0.0.1:9020",),
+    (9030, 9031),
+    "/py",
+)
 EXE = Executables(python="/py", smg="/venv/bin/smg", toxiproxy="/bin/toxiproxy-server")
 
 
 def test_the_template_renders_scalars_indexes_and_lists() -> None:
-    template = split_template("{python} -m smg launch --port {port} --prefill {prefill_url[1]} "
-                              "{bootstrap_port[1]} --decode {decode_urls} --m {metrics_port}")  # fmt: skip
+    template = split_template(
+        "{python} -m smg launch --port {port} --prefill {prefill_url[1]} "
+        "{bootstrap_port[1]} --decode {decode_urls} --m {metrics_port}"
+    )
     assert render_template(template, VALUES) == [
-        "/py", "-m", "smg", "launch", "--port", "9000", "--prefill", "http://127.0.0.1:9011",
-        "9031", "--decode", "http://127.0.0.1:9020", "--m", "9001"]  # fmt: skip
+        "/py",
+        "-m",
+        "smg",
+        "launch",
+        "--port",
+        "9000",
+        "--prefill",
+        "http://127.0.0.1:9011",
+        "9031",
+        "--decode",
+        "http://127.0.0.1:9020",
+        "--m",
+        "9001",
+    ]
     assert render_template(["{prefill_urls}"], VALUES) == list(VALUES.prefill_urls)
 
 
@@ -37,14 +58,17 @@ def test_a_worker_index_beyond_the_topology_is_an_error() -> None:
         render_template(["{decode_url[1]}"], VALUES)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"kind": "nginx"},
-    {"kind": "command"},
-    {"kind": "smg", "command": ("x",)},
-    {"kind": "url", "url": "http://10.0.0.1:80"},
-    {"kind": "url", "url": None},
-    {"kind": "smg", "like": "envoy"},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"kind": "nginx"},
+        {"kind": "command"},
+        {"kind": "smg", "command": ("x",)},
+        {"kind": "url", "url": "http://10.0.0.1:80"},
+        {"kind": "url", "url": None},
+        {"kind": "smg", "like": "envoy"},
+    ],
+)
 def test_a_bad_router_spec_is_refused(kwargs) -> None:
     with pytest.raises(ConfigError):
         RouterSpec(**kwargs)
@@ -85,12 +109,19 @@ def _components(spec: TopologySpec):
 
 
 def test_a_url_router_is_not_started_and_a_command_router_is_its_template() -> None:
-    url = TopologySpec(router=RouterSpec(kind="url", url="http://127.0.0.1:9000",
-                                         prefill_listen=(9010,), decode_listen=(9020,),
-                                         bootstrap_ports=(9030,)))  # fmt: skip
+    url = TopologySpec(
+        router=RouterSpec(
+            kind="url",
+            url="http://127.0.0.1:9000",
+            prefill_listen=(9010,),
+            decode_listen=(9020,),
+            bootstrap_ports=(9030,),
+        )
+    )
     assert "router" not in _components(url)
-    command = TopologySpec(router=RouterSpec(kind="command", command=("my-router", "{port}")),
-                           router_args=("--flag",))  # fmt: skip
+    command = TopologySpec(
+        router=RouterSpec(kind="command", command=("my-router", "{port}")), router_args=("--flag",)
+    )
     assert _components(command)["router"].argv == ("my-router", "20000", "--flag")
     vllm = TopologySpec(worker_protocol="vllm")
     assert _components(vllm)["decode-0"].argv[-2:] == ("--protocol", "vllm")
@@ -98,15 +129,30 @@ def test_a_url_router_is_not_started_and_a_command_router_is_its_template() -> N
 
 
 def test_descriptions_name_kind_version_and_what_bypasses_the_links() -> None:
-    described = describe_router(RouterSpec(kind="url", url="http://127.0.0.1:9000",
-                                           prefill_listen=(1,), decode_listen=(2,),
-                                           bootstrap_ports=(3,)))  # fmt: skip
+    described = describe_router(
+        RouterSpec(
+            kind="url",
+            url="http://127.0.0.1:9000",
+            prefill_listen=(1,),
+            decode_listen=(2,),
+            bootstrap_ports=(3,),
+        )
+    )
     assert "not started" in described.started
     assert any("bootstrap port" in line for line in unproxied(RouterSpec()))
     assert unproxied(RouterSpec(kind="sglang-router")) == []
-    assert any("Pause" in line for line in unproxied(RouterSpec(kind="url",
-               url="http://127.0.0.1:1", prefill_listen=(1,), decode_listen=(2,),
-               bootstrap_ports=(3,))))  # fmt: skip
+    assert any(
+        "Pause" in line
+        for line in unproxied(
+            RouterSpec(
+                kind="url",
+                url="http://127.0.0.1:1",
+                prefill_listen=(1,),
+                decode_listen=(2,),
+                bootstrap_ports=(3,),
+            )
+        )
+    )
 
 
 def test_the_workers_speak_the_routers_protocol_unless_chosen() -> None:

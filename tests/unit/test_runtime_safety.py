@@ -63,9 +63,12 @@ def our_children(session_id: str) -> list[psutil.Process]:
 
 def agrees_with_kernel(runtime: ProcessRuntime, pid: int) -> None:
     said = runtime.state("decode-0")
-    wait_for(lambda: (psutil.Process(pid).status() == psutil.STATUS_STOPPED) == (said == "paused"),
-             timeout_s=5, what=f"the kernel to agree that {pid} is {said}",
-             describe=lambda: psutil.Process(pid).status())  # fmt: skip
+    wait_for(
+        lambda: (psutil.Process(pid).status() == psutil.STATUS_STOPPED) == (said == "paused"),
+        timeout_s=5,
+        what=f"the kernel to agree that {pid} is {said}",
+        describe=lambda: psutil.Process(pid).status(),
+    )
 
 
 def test_the_child_sets_its_death_signal_without_loading_a_library_after_fork(
@@ -78,8 +81,12 @@ def test_the_child_sets_its_death_signal_without_loading_a_library_after_fork(
 
     monkeypatch.setattr(ctypes, "CDLL", no_dlopen)
     runtime.start(spec("prefill-0", REPORT_DEATH_SIGNAL))
-    wait_for(lambda: runtime.exit_code("prefill-0") is not None, timeout_s=30,
-             what="the child to report and exit", describe=lambda: runtime.logs("prefill-0"))  # fmt: skip
+    wait_for(
+        lambda: runtime.exit_code("prefill-0") is not None,
+        timeout_s=30,
+        what="the child to report and exit",
+        describe=lambda: runtime.logs("prefill-0"),
+    )
     assert runtime.exit_code("prefill-0") == 0, runtime.logs("prefill-0")
     assert "pdeathsig 9" in runtime.logs("prefill-0")  # SIGKILL survives exec
 

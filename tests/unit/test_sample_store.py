@@ -15,8 +15,9 @@ def _snapshot(at: float) -> Snapshot:
     return Snapshot(taken_at=at, prefill=["prefill-0"], decode=["decode-0"], link_names=[])
 
 
-def _kept(at: float, *, slow: bool = False, components: dict[str, str] | str | None = None
-          ) -> KeptSample:  # fmt: skip
+def _kept(
+    at: float, *, slow: bool = False, components: dict[str, str] | str | None = None
+) -> KeptSample:
     return KeptSample(at, frame=sample_frame(slow, _snapshot(at)), components=components)
 
 

@@ -32,14 +32,17 @@ def _load(tmp_path: Path, extra: str):
 
 
 def test_overrides_apply_only_on_their_router(tmp_path: Path) -> None:
-    scenario = _load(tmp_path, """
+    scenario = _load(
+        tmp_path,
+        """
 [routers.sglang-router]
 because = "no stall flag"
 shown_by = "tests/x.py::test_y"
 router_args = ["--request-timeout-secs", "2"]
 watchdogs = [{ kind = "RequestTimeout", seconds = 2, expect_fire = false }]
 expect = { cleared_within_s = 5 }
-""")
+""",
+    )
     on_sglang = for_router(scenario, "sglang-router")
     assert on_sglang.spec.router == RouterSpec(kind="sglang-router")
     assert on_sglang.spec.router_args == ("--request-timeout-secs", "2")
@@ -52,12 +55,17 @@ expect = { cleared_within_s = 5 }
     assert on_vllm.spec.worker_protocol == "vllm"  # vllm-router speaks only vLLM's protocol
 
 
-@pytest.mark.parametrize(("table", "key"), [
-    ('[routers.sglang-router]\nbecause = "x"\n', "routers.sglang-router.shown_by"),
-    ('[routers.nginx]\nbecause = "x"\nshown_by = "t"\n', "routers.nginx"),
-    ('[routers.sglang-router]\nbecause = "x"\nshown_by = "t"\nexpect = { red_herring = "s" }\n',
-     "routers.sglang-router.expect.red_herring"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('[routers.sglang-router]\nbecause = "x"\n', "routers.sglang-router.shown_by"),
+        ('[routers.nginx]\nbecause = "x"\nshown_by = "t"\n', "routers.nginx"),
+        (
+            '[routers.sglang-router]\nbecause = "x"\nshown_by = "t"\nexpect = { red_herring = "s" }\n',
+            "routers.sglang-router.expect.red_herring",
+        ),
+    ],
+)
 def test_a_bad_override_names_its_key(tmp_path: Path, table: str, key: str) -> None:
     with pytest.raises(ConfigError) as raised:
         _load(tmp_path, table)

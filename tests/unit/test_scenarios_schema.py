@@ -59,8 +59,11 @@ def test_field_incidents_cite_their_sources_and_keep_incident_unset():
     scenarios = {s.name: s for s in catalog()}
     assert len(scenarios) >= 14
     for name, source in FIELD_INCIDENTS.items():
-        comments = [line[1:] for line in scenarios[name].path.read_text().splitlines()
-                    if line.startswith("#")]  # fmt: skip
+        comments = [
+            line[1:]
+            for line in scenarios[name].path.read_text().splitlines()
+            if line.startswith("#")
+        ]
         assert source in " ".join(" ".join(comments).split()), f"{name} does not cite {source}"
         assert scenarios[name].incident is None, name
     # Both halves of the deadline of smg pull request #2463: one fails healthy work, one not.
@@ -87,12 +90,24 @@ def test_a_file_maps_onto_the_python_api(tmp_path):
         (("for_s = 2", 'for_s = "2s"'), "faults[0].for_s", "a integer or number"),
         (("seconds = 2", "secs = 2"), "watchdogs[0].secs", "the arguments of RequestTimeout"),
         (("agents = 3", "agentz = 3"), "load.harness.agentz", "one of "),
-        (('located_at = "router"', 'location = "router"'), "expect.location", "one of located_at, red_herring"),
-        (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of prefill, decode, router_args, stub, router, worker_protocol, prefill_worker, decode_worker, runtime"),
+        (
+            ('located_at = "router"', 'location = "router"'),
+            "expect.location",
+            "one of located_at, red_herring",
+        ),
+        (
+            ("[topology]", "[topology]\nprefil = 2"),
+            "topology.prefil",
+            "one of prefill, decode, router_args, stub, router, worker_protocol, prefill_worker, decode_worker, runtime",
+        ),
         (("cleared_within_s = 3", "cleared_within_s = true"), "expect.cleared_within_s", "number"),
         (("cleared_within_s = 3", ""), "expect.cleared_within_s", "since [[watchdogs]] are armed"),
         (("agents = 3", 'agents = 3\ntarget = "decode-0"'), "load.harness.target", "one of "),
-        (("cleared_within_s = 3", 'cleared_within_s = 3\nexecuted_once = "no"'), "expect.executed_once", "bool"),
+        (
+            ("cleared_within_s = 3", 'cleared_within_s = 3\nexecuted_once = "no"'),
+            "expect.executed_once",
+            "bool",
+        ),
     ],
 )
 def test_mistakes_name_the_file_the_key_and_what_was_expected(tmp_path, edit, key, expected):

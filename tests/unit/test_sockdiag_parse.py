@@ -29,8 +29,9 @@ def tcp_info(received: int, acked: int) -> bytes:
     return bytes(info)
 
 
-def socket_message(sport: int, received: int | None, acked: int = 0, *, dport: int = 9,
-                   before_info: bytes = b"") -> bytes:  # fmt: skip
+def socket_message(
+    sport: int, received: int | None, acked: int = 0, *, dport: int = 9, before_info: bytes = b""
+) -> bytes:
     """One inet_diag_msg for a socket on local port ``sport``; no INET_DIAG_INFO when
     ``received`` is None (the kernel leaves it out for a socket in TIME_WAIT, for one)."""
     msg = struct.pack("=BBBB", socket.AF_INET, 1, 0, 0)
@@ -78,15 +79,17 @@ def dump(reads: list[bytes], ports: dict[int, str]) -> dict[str, dict[str, float
 
 
 def test_sums_per_name_over_many_messages_and_skips_what_is_not_asked() -> None:
-    answer = b"".join([
-        socket_message(4001, 100, 10),
-        socket_message(4002, 7, 70),
-        socket_message(4001, 5, 50),
-        socket_message(5555, 999, 999),  # a port nobody asked about
-        socket_message(4001, None),  # no tcp_info: not counted
-        socket_message(4003, None),  # only without tcp_info: no entry at all
-        DONE,
-    ])  # fmt: skip
+    answer = b"".join(
+        [
+            socket_message(4001, 100, 10),
+            socket_message(4002, 7, 70),
+            socket_message(4001, 5, 50),
+            socket_message(5555, 999, 999),  # a port nobody asked about
+            socket_message(4001, None),  # no tcp_info: not counted
+            socket_message(4003, None),  # only without tcp_info: no entry at all
+            DONE,
+        ]
+    )
     ports = {4001: "router", 4002: "prefill", 4003: "decode"}
     assert dump([answer], ports) == {
         "router": {"upstream": 105.0, "downstream": 60.0},
@@ -96,14 +99,16 @@ def test_sums_per_name_over_many_messages_and_skips_what_is_not_asked() -> None:
 
 def test_a_socket_whose_attributes_differ_from_the_others_is_read_all_the_same() -> None:
     mark = attr(INET_DIAG_MARK, struct.pack("=I", 7))
-    answer = b"".join([
-        socket_message(4001, 1, 10),
-        socket_message(4001, 2, 20, before_info=mark),
-        socket_message(4001, 4, 40, before_info=mark + attr(INET_DIAG_MARK, b"\0" * 5)),
-        socket_message(4001, None, before_info=mark),
-        socket_message(4001, 8, 80),
-        DONE,
-    ])  # fmt: skip
+    answer = b"".join(
+        [
+            socket_message(4001, 1, 10),
+            socket_message(4001, 2, 20, before_info=mark),
+            socket_message(4001, 4, 40, before_info=mark + attr(INET_DIAG_MARK, b"\0" * 5)),
+            socket_message(4001, None, before_info=mark),
+            socket_message(4001, 8, 80),
+            DONE,
+        ]
+    )
     assert dump([answer], {4001: "l"}) == {"l": {"upstream": 15.0, "downstream": 150.0}}
 
 
@@ -113,7 +118,8 @@ def test_a_dump_over_several_reads_ends_at_done_only() -> None:
     later = socket_message(4001, 1000, 1000)  # after DONE: never read
     sock = Answers([first, second, later])
     assert sockdiag._dump(sock, {4001: "l"}) == {  # type: ignore[arg-type]
-        "l": {"upstream": 4.0 + 2**40, "downstream": 6.0 + 2**41}}  # fmt: skip
+        "l": {"upstream": 4.0 + 2**40, "downstream": 6.0 + 2**41}
+    }
     assert sock.reads == [later]
 
 
@@ -123,14 +129,15 @@ def test_done_alone_in_the_last_bytes_of_a_full_read_ends_the_dump() -> None:
     pad = sockdiag._RECV_SIZE - len(DONE) - count * len(filler)
     # An unasked socket's message stretched so DONE's 20 bytes end the 64 KiB exactly.
     stretched = socket_message(1, 0)
-    body = stretched[HEADER.size:] + b"\0" * pad
+    body = stretched[HEADER.size :] + b"\0" * pad
     assert pad % 4 == 0
     first = filler * (count - 1) + netlink(SOCK_DIAG_BY_FAMILY, body) + DONE
     assert len(first) == sockdiag._RECV_SIZE
     later = socket_message(4001, 1000, 1000)
     sock = Answers([first, later])
     assert sockdiag._dump(sock, {4001: "l"}) == {  # type: ignore[arg-type]
-        "l": {"upstream": count - 1.0, "downstream": count - 1.0}}  # fmt: skip
+        "l": {"upstream": count - 1.0, "downstream": count - 1.0}
+    }
     assert sock.reads == [later], "read on past the dump's end"
 
 
@@ -143,7 +150,8 @@ def test_the_kernels_refusal_raises_its_errno() -> None:
 
 def test_an_answer_cut_short_ends_the_dump_with_what_was_read() -> None:
     assert dump([socket_message(4001, 3, 4)], {4001: "l"}) == {
-        "l": {"upstream": 3.0, "downstream": 4.0}}  # fmt: skip
+        "l": {"upstream": 3.0, "downstream": 4.0}
+    }
 
 
 def test_the_query_filters_on_the_asked_ports() -> None:

@@ -24,8 +24,12 @@ from pytest_wedge.stubs.faults import parse_fault
 from pytest_wedge.stubs.prefill import bootstrap_app
 from pytest_wedge.stubs.server import make_app
 
-QUEUES = ("num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs",
-          "num_queue_reqs", "num_running_reqs")  # fmt: skip
+QUEUES = (
+    "num_decode_prealloc_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+    "num_queue_reqs",
+    "num_running_reqs",
+)
 TIMEOUT_S = 0.4  # the decode's transfer timeout where a test needs one
 
 
@@ -61,9 +65,16 @@ def closed_port() -> int:
 
 
 def pd_body(room: int, bootstrap_port: int, tokens: int = 3) -> dict[str, Any]:
-    return {"model": "m", "stream": True, "max_tokens": tokens, "user": "h",
-            "messages": [{"role": "user", "content": "kv"}], "bootstrap_room": room,
-            "bootstrap_host": "127.0.0.1", "bootstrap_port": bootstrap_port}  # fmt: skip
+    return {
+        "model": "m",
+        "stream": True,
+        "max_tokens": tokens,
+        "user": "h",
+        "messages": [{"role": "user", "content": "kv"}],
+        "bootstrap_room": room,
+        "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": bootstrap_port,
+    }
 
 
 async def serve(engine: Engine, app: Any = None) -> TestServer:
@@ -148,14 +159,18 @@ def test_requests_move_through_prealloc_transfer_waiting_queue_and_running_batch
             first = pair.send(1)
             await eventually(lambda: pair.d.ledger.count("transfer") == 1, "A in transfer")
             second = pair.send(2)
-            await eventually(lambda: queues(pair.d) == (1, 1, 0, 0),
-                             "A holding the slot in transfer, B waiting for a slot")  # fmt: skip
+            await eventually(
+                lambda: queues(pair.d) == (1, 1, 0, 0),
+                "A holding the slot in transfer, B waiting for a slot",
+            )
             assert pair.d.snapshot()["prealloc_slots"]["used"] == 1
             # Hold the first token so both requests stay in the batch or behind it.
             pair.d.add_fault(parse_fault({"name": "hold-run", "kind": "stall_before_first_token"}))
             pair.p.remove_fault("hold-kv")
-            await eventually(lambda: queues(pair.d) == (0, 0, 1, 1),
-                             "A running, B's KV in, B waiting for a running slot")  # fmt: skip
+            await eventually(
+                lambda: queues(pair.d) == (0, 0, 1, 1),
+                "A running, B's KV in, B waiting for a running slot",
+            )
             assert pair.d.snapshot()["prealloc_slots"]["used"] == 0  # the KV came: slot back
             pair.d.remove_fault("hold-run")
             assert (await first, await second) == (200, 200)
@@ -180,8 +195,9 @@ ORPHANED = {
 @pytest.mark.parametrize("policy", SLOT_POLICIES)
 def test_each_slot_policy_on_a_failed_reset_or_stalled_transfer(policy: str, how: str) -> None:
     async def body() -> None:
-        async with pd(prealloc_slots=2, slot_on_transfer_failure=policy,
-                      transfer_timeout_s=TIMEOUT_S) as pair:  # fmt: skip
+        async with pd(
+            prealloc_slots=2, slot_on_transfer_failure=policy, transfer_timeout_s=TIMEOUT_S
+        ) as pair:
             if how == "refused":  # the KV fetch is refused: SGLang's KVPoll.Failed
                 pair.bootstrap_port = closed_port()
                 assert await pair.send(7, prefill=False) == 502
@@ -201,8 +217,11 @@ def test_each_slot_policy_on_a_failed_reset_or_stalled_transfer(policy: str, how
             # The request has ended; its slot is counted in the transfer queue until released.
             assert queues(pair.d) == (0, orphaned, 0, 0)
             slots = pair.d.snapshot()["prealloc_slots"]
-            assert (slots["used"], slots["orphaned"], slots["policy"]) == (orphaned, orphaned,
-                                                                           policy)  # fmt: skip
+            assert (slots["used"], slots["orphaned"], slots["policy"]) == (
+                orphaned,
+                orphaned,
+                policy,
+            )
             if policy == "released_after_timeout" and orphaned:
                 await eventually(lambda: queues(pair.d)[1] == 0, "the slot's timeout")
                 released = time.time()
@@ -227,8 +246,10 @@ def test_leaked_slots_exhaust_the_pool_and_wedge_admission_until_reset() -> None
             assert pair.d.ledger.count("transfer") == 0  # nothing is transferring
             pair.bootstrap_port = good_port  # the link is healthy again
             stuck = pair.send(3, prefill=False)  # it never gets as far as its prefill
-            await eventually(lambda: queues(pair.d) == (1, 2, 0, 0),
-                             "a healthy request stuck in the prealloc queue")  # fmt: skip
+            await eventually(
+                lambda: queues(pair.d) == (1, 2, 0, 0),
+                "a healthy request stuck in the prealloc queue",
+            )
             slots = pair.d.snapshot()["prealloc_slots"]
             assert (slots["used"], slots["capacity"], slots["waiting"]) == (2, 2, 1)
             await pair.d.reset()  # an engine restart gives the leaked slots back
@@ -267,8 +288,13 @@ def test_admission_is_settable_through_the_control_api_and_reset_restores_it() -
             )
             assert resp.status == 200
             assert (await resp.json())["capacity"] == 1 and engine.prealloc.policy == "leaked"
-            for bad in ({"prealloc_slots": 0}, {"prealloc_slots": True},
-                        {"slot_on_transfer_failure": "kept"}, {"other": 1}, [1]):  # fmt: skip
+            for bad in (
+                {"prealloc_slots": 0},
+                {"prealloc_slots": True},
+                {"slot_on_transfer_failure": "kept"},
+                {"other": 1},
+                [1],
+            ):
                 resp = await s.post("/control/admission", json=bad)
                 assert resp.status == 400, bad
             state = await (await s.post("/control/reset")).json()
@@ -287,8 +313,9 @@ def test_orphaned_slots_are_in_the_transfer_queue_gauge_of_the_metrics_text() ->
             url = str(pair.servers[2].make_url("/metrics"))
             async with pair.session.get(url) as resp:
                 text = await resp.text()
-            samples = {s.name: s.value for f in text_string_to_metric_families(text)
-                       for s in f.samples}  # fmt: skip
+            samples = {
+                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            }
             assert samples["sglang:num_decode_transfer_queue_reqs"] == 1
             assert samples["sglang:num_decode_prealloc_queue_reqs"] == 0
             assert samples["sglang:num_bootstrap_failed_reqs_total"] == 1

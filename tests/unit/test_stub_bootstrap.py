@@ -47,9 +47,16 @@ class Pair:
     session: ClientSession
 
     def body(self, room: int, tokens: int = 3) -> dict[str, Any]:
-        return {"model": "m", "stream": True, "max_tokens": tokens, "user": "h",
-                "messages": [{"role": "user", "content": "hi"}], "bootstrap_room": room,
-                "bootstrap_host": "127.0.0.1", "bootstrap_port": self.boot_port}  # fmt: skip
+        return {
+            "model": "m",
+            "stream": True,
+            "max_tokens": tokens,
+            "user": "h",
+            "messages": [{"role": "user", "content": "hi"}],
+            "bootstrap_room": room,
+            "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": self.boot_port,
+        }
 
     def post(self, role: str, room: int, tokens: int = 3) -> asyncio.Future[ClientResponse]:
         url = self.urls[role] + "/v1/chat/completions"
@@ -68,18 +75,25 @@ class Pair:
 
 
 @asynccontextmanager
-async def pair(prefill: dict[str, Any] | None = None,
-               decode: dict[str, Any] | None = None) -> AsyncIterator[Pair]:  # fmt: skip
+async def pair(
+    prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None
+) -> AsyncIterator[Pair]:
     p = Engine(StubConfig(role="prefill", port=1, name="prefill-0", **(prefill or {})))
-    d = Engine(StubConfig(role="decode", port=2, name="decode-0", **{"itl_ms": 0, **(decode or {})}))
-    servers = [TestServer(app, host="127.0.0.1", handler_cancellation=True)
-               for app in (make_app(p), bootstrap_app(p), make_app(d))]  # fmt: skip
+    d = Engine(
+        StubConfig(role="decode", port=2, name="decode-0", **{"itl_ms": 0, **(decode or {})})
+    )
+    servers = [
+        TestServer(app, host="127.0.0.1", handler_cancellation=True)
+        for app in (make_app(p), bootstrap_app(p), make_app(d))
+    ]
     for server in servers:
         await server.start_server()
     for engine in (p, d):
         engine.start()
-    urls = {"prefill": str(servers[0].make_url("")).rstrip("/"),
-            "decode": str(servers[2].make_url("")).rstrip("/")}  # fmt: skip
+    urls = {
+        "prefill": str(servers[0].make_url("")).rstrip("/"),
+        "decode": str(servers[2].make_url("")).rstrip("/"),
+    }
     async with ClientSession() as session:
         try:
             yield Pair(p, d, urls, servers[1].port, session)
@@ -98,8 +112,7 @@ def one(engine: Engine, room: int) -> dict[str, Any]:
 def test_error_after_kv_taken_holds_the_head_until_the_decode_took_the_kv() -> None:
     async def body() -> None:
         async with pair() as pd:
-            pd.fault("prefill", kind="error_status", status=500, after_kv_taken=True,
-                     delay_ms=50)  # fmt: skip
+            pd.fault("prefill", kind="error_status", status=500, after_kv_taken=True, delay_ms=50)
             pre, dec = await pd.both(room=1, tokens=3)
             assert pre.status == 500 and dec.status == 200  # the decode ran it all the same
             prefill, decode = one(pd.prefill, 1), one(pd.decode, 1)
@@ -151,8 +164,7 @@ def test_a_kv_transfer_that_never_completes_while_every_health_answers() -> None
             pre, dec = pd.post("prefill", 4), pd.post("decode", 4)
             await eventually(lambda: pd.decode.ledger.count("transfer") == 1, "the fetch")
             await eventually(lambda: "transfer_start" in one(pd.prefill, 4)["t"], "handshake")
-            for url in (pd.urls["prefill"], pd.urls["decode"],
-                        f"http://127.0.0.1:{pd.boot_port}"):  # fmt: skip
+            for url in (pd.urls["prefill"], pd.urls["decode"], f"http://127.0.0.1:{pd.boot_port}"):
                 async with pd.session.get(url + "/health") as health:
                     assert health.status == 200
             assert not dec.done() and pd.decode.ledger.count("transfer") == 1
@@ -176,18 +188,21 @@ def test_the_bootstrap_deadline_from_arrival_fails_a_request_no_decode_came_for(
             assert pd.prefill.counters.bootstrap_failed == 1
             assert one(pd.prefill, 5)["state"] == "error"
             # null goes back to the engine's own deadline (--bootstrap-timeout-s), never off.
-            async with pd.session.post(pd.urls["prefill"] + "/control/watchdogs",
-                                       json={"bootstrap_timeout_s": None}) as answer:  # fmt: skip
+            async with pd.session.post(
+                pd.urls["prefill"] + "/control/watchdogs", json={"bootstrap_timeout_s": None}
+            ) as answer:
                 assert (await answer.json())["bootstrap_timeout_s"] == 300.0
-            async with pd.session.post(pd.urls["prefill"] + "/control/watchdogs",
-                                       json={"bootstrap_deadline_s": 1}) as answer:  # fmt: skip
+            async with pd.session.post(
+                pd.urls["prefill"] + "/control/watchdogs", json={"bootstrap_deadline_s": 1}
+            ) as answer:
                 assert answer.status == 400 and "unknown watchdog" in await answer.text()
 
     run(body)
 
 
-def test_the_no_progress_deadline_spares_a_drain_and_still_fails_a_decode_that_admits_nothing(
-) -> None:  # fmt: skip
+def test_the_no_progress_deadline_spares_a_drain_and_still_fails_a_decode_that_admits_nothing() -> (
+    None
+):
     async def body() -> None:
         # One slot, held for the whole request (0.1 s each): five requests drain one by one,
         # so the last waits unbootstrapped well past 0.3 s, with an admission every 0.1 s.
@@ -197,8 +212,10 @@ def test_the_no_progress_deadline_spares_a_drain_and_still_fails_a_decode_that_a
             attempts = await asyncio.gather(*(pd.both(room, tokens=2) for room in range(10, 15)))
             assert [(p.status, d.status) for p, d in attempts] == [(200, 200)] * 5
             assert not pd.prefill.firings
-            waited = max(one(pd.decode, r)["t"]["transfer_start"] - one(pd.prefill, r)["t"][
-                "arrived"] for r in range(10, 15))  # fmt: skip
+            waited = max(
+                one(pd.decode, r)["t"]["transfer_start"] - one(pd.prefill, r)["t"]["arrived"]
+                for r in range(10, 15)
+            )
             assert waited > 0.35  # a deadline of 0.3 s from arrival would have failed it
             # A decode that admits nothing makes no progress: the same deadline fires.
             pd.fault("decode", kind="stall_bootstrap")
@@ -223,7 +240,17 @@ def test_a_slot_held_for_the_request_comes_back_when_the_request_ends() -> None:
 
 
 def test_the_command_line_names_the_new_settings() -> None:
-    config = parse_args(["--role", "decode", "--port", "1", "--prealloc-hold", "request",
-                         "--bootstrap-no-progress-s", "2"])  # fmt: skip
+    config = parse_args(
+        [
+            "--role",
+            "decode",
+            "--port",
+            "1",
+            "--prealloc-hold",
+            "request",
+            "--bootstrap-no-progress-s",
+            "2",
+        ]
+    )
     assert (config.prealloc_hold, config.bootstrap_no_progress_s) == ("request", 2.0)
     assert parse_args(["--role", "prefill", "--port", "1"]).bootstrap_no_progress_s is None

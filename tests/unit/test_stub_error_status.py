@@ -23,8 +23,12 @@ def run(fn: Callable[[], Awaitable[None]]) -> None:
 
 
 def chat(user: str = "h") -> dict[str, Any]:
-    return {"model": "m", "max_tokens": 1, "user": user,
-            "messages": [{"role": "user", "content": "err"}]}  # fmt: skip
+    return {
+        "model": "m",
+        "max_tokens": 1,
+        "user": user,
+        "messages": [{"role": "user", "content": "err"}],
+    }
 
 
 async def statuses(

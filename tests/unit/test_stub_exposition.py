@@ -13,11 +13,12 @@ from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine import Engine
 from pytest_wedge.stubs.textgen import parse_request
 
-PROTOCOLS: dict[str, tuple[Callable[[Engine], CollectorRegistry],
-                           Callable[[Engine], exposition.Exposition]]] = {
+PROTOCOLS: dict[
+    str, tuple[Callable[[Engine], CollectorRegistry], Callable[[Engine], exposition.Exposition]]
+] = {
     "sglang": (exposition.make_registry, exposition.exposition),
     "vllm": (vllm_metrics.make_registry, vllm_metrics.exposition),
-}  # fmt: skip
+}
 MODELS = ("stub-model", 'a"b\\c', "multi\nline {braces} %s ölçü")
 
 
@@ -27,8 +28,9 @@ def fresh(engine: Engine) -> None:
 
 def busy(engine: Engine) -> None:
     """Requests in every state the gauges count, counters past zero, fractional values."""
-    info = parse_request("/generate", {"text": "x" * 37, "user": "h"}, {}, default_tokens=16,
-                         limit=1000)  # fmt: skip
+    info = parse_request(
+        "/generate", {"text": "x" * 37, "user": "h"}, {}, default_tokens=16, limit=1000
+    )
     for state in ("queued", "queued", "prealloc", "transfer", "inflight", "prefilling"):
         engine.open(info, state)
     running = engine.open(info, "queued")
@@ -60,11 +62,17 @@ def state(request: pytest.FixtureRequest) -> Callable[[Engine], None]:
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_the_served_text_is_generate_latest_byte_for_byte(
-    protocol: str, role: str, model: str, state: Callable[[Engine], None],
+    protocol: str,
+    role: str,
+    model: str,
+    state: Callable[[Engine], None],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    engine = Engine(StubConfig(role=role, port=1, model=model, protocol=protocol,
-                               max_total_tokens=1000, max_running=3))  # fmt: skip
+) -> None:
+    engine = Engine(
+        StubConfig(
+            role=role, port=1, model=model, protocol=protocol, max_total_tokens=1000, max_running=3
+        )
+    )
     # The rate moves with the clock: fixed, so both renderings read the same value.
     monkeypatch.setattr(engine.throughput, "rate", lambda now=None: 2.0 / 3.0)
     registry_of, fast_of = PROTOCOLS[protocol]
@@ -79,7 +87,7 @@ def test_the_served_text_is_generate_latest_byte_for_byte(
 
 def test_the_busy_state_reaches_fractional_and_nonzero_values(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     engine = Engine(StubConfig(role="decode", port=1, max_total_tokens=1000, max_running=3))
     monkeypatch.setattr(engine.throughput, "rate", lambda now=None: 2.0 / 3.0)
     busy(engine)

@@ -44,8 +44,14 @@ async def eventually(condition: Callable[[], Any], what: str, timeout_s: float =
 
 
 def chat(tokens: int, user: str = "h", **extra: Any) -> dict[str, Any]:
-    return {"model": "m", "stream": True, "max_tokens": tokens, "user": user,
-            "messages": [{"role": "user", "content": "stall"}], **extra}  # fmt: skip
+    return {
+        "model": "m",
+        "stream": True,
+        "max_tokens": tokens,
+        "user": user,
+        "messages": [{"role": "user", "content": "stall"}],
+        **extra,
+    }
 
 
 async def stream(session: ClientSession, url: str, body: dict[str, Any]) -> tuple[int, list[float]]:
@@ -116,11 +122,12 @@ def test_reverting_stall_after_tokens_sends_the_next_token_within_one_itl() -> N
         server = await serve(engine)
         url = str(server.make_url("/v1/chat/completions"))
         async with ClientSession() as s:
-            engine.add_fault(parse_fault({"name": "sa", "kind": "stall_after_tokens",
-                                          "tokens": 2}))  # fmt: skip
+            engine.add_fault(parse_fault({"name": "sa", "kind": "stall_after_tokens", "tokens": 2}))
             calls = [asyncio.ensure_future(stream(s, url, chat(5))) for _ in range(2)]
-            await eventually(lambda: [e.tokens for e in held(engine, 2)()] == [2, 2],
-                             "two streams at two tokens each")  # fmt: skip
+            await eventually(
+                lambda: [e.tokens for e in held(engine, 2)()] == [2, 2],
+                "two streams at two tokens each",
+            )
             assert engine.remove_fault("sa")
             revert = removed_at(engine, "sa")
             for status, arrivals in await asyncio.gather(*calls):
@@ -143,8 +150,9 @@ def test_a_held_request_waits_until_no_stall_matches_its_origin() -> None:
         url = str(server.make_url("/v1/chat/completions"))
         async with ClientSession() as s:
             engine.add_fault(parse_fault({"name": "all", "kind": "stall_before_first_token"}))
-            engine.add_fault(parse_fault({"name": "mine", "kind": "stall_before_first_token",
-                                          "origin": "h"}))  # fmt: skip
+            engine.add_fault(
+                parse_fault({"name": "mine", "kind": "stall_before_first_token", "origin": "h"})
+            )
             call = asyncio.ensure_future(stream(s, url, chat(2)))
             [entry] = await eventually(held(engine, 1), "the request held")
             engine.remove_fault("all")
@@ -168,8 +176,9 @@ def test_a_reset_still_aborts_a_held_request_rather_than_resuming_it() -> None:
         server = await serve(engine)
         async with ClientSession() as s:
             engine.add_fault(parse_fault({"name": "st", "kind": "stall_before_first_token"}))
-            call = asyncio.ensure_future(s.post(str(server.make_url("/v1/chat/completions")),
-                                                json=chat(3)))  # fmt: skip
+            call = asyncio.ensure_future(
+                s.post(str(server.make_url("/v1/chat/completions")), json=chat(3))
+            )
             [entry] = await eventually(held(engine, 1), "the request held")
             await engine.reset()  # clears the faults and releases, in one step
             assert (await call).status == 503
@@ -187,22 +196,29 @@ def test_reverting_a_prefill_stall_lets_the_prefill_and_its_decode_finish() -> N
     async def body() -> None:
         p_engine = Engine(StubConfig(role="prefill", port=1, name="prefill-0"))
         d_engine = Engine(StubConfig(role="decode", port=2, name="decode-0", itl_ms=5))
-        servers = [await serve(p_engine), await serve(p_engine, bootstrap_app(p_engine)),
-                   await serve(d_engine)]  # fmt: skip
+        servers = [
+            await serve(p_engine),
+            await serve(p_engine, bootstrap_app(p_engine)),
+            await serve(d_engine),
+        ]
         for e in (p_engine, d_engine):
             e.start()
         p_engine.add_fault(parse_fault({"name": "st", "kind": "stall_before_first_token"}))
-        req = chat(3, bootstrap_room=5, bootstrap_host="127.0.0.1",
-                   bootstrap_port=servers[1].port)  # fmt: skip
+        req = chat(3, bootstrap_room=5, bootstrap_host="127.0.0.1", bootstrap_port=servers[1].port)
         async with ClientSession() as s:
-            pre = asyncio.ensure_future(s.post(str(servers[0].make_url("/v1/chat/completions")),
-                                               json=req))  # fmt: skip
+            pre = asyncio.ensure_future(
+                s.post(str(servers[0].make_url("/v1/chat/completions")), json=req)
+            )
             dec = asyncio.ensure_future(
                 stream(s, str(servers[2].make_url("/v1/chat/completions")), req)
             )
-            await eventually(lambda: p_engine.ledger.count("prefilling") == 1
-                             and d_engine.ledger.count("transfer") == 1,
-                             "the prefill held and the decode waiting for its KV")  # fmt: skip
+            await eventually(
+                lambda: (
+                    p_engine.ledger.count("prefilling") == 1
+                    and d_engine.ledger.count("transfer") == 1
+                ),
+                "the prefill held and the decode waiting for its KV",
+            )
             p_engine.remove_fault("st")
             status, arrivals = await dec
             assert status == 200 and len(arrivals) == 3

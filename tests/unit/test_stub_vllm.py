@@ -14,8 +14,14 @@ from pytest_wedge.stubs.vllm import apply_kv_params, kv_handle
 from pytest_wedge.topology.keywords import wedge
 from pytest_wedge.topology.spec import LEDGERLESS_FLAG, ComponentSpec, StubOptions
 
-ASKS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-        "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
+ASKS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 def parsed(body: dict[str, Any], role: str, path: str = "/v1/chat/completions") -> Any:
@@ -37,9 +43,16 @@ def test_the_prefill_gets_a_room_for_the_kv_it_will_hold_and_answers_json() -> N
 
 
 def test_the_decode_takes_the_prefills_handle_verbatim() -> None:
-    handle = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "e",
-              "remote_block_ids": [0, 1], "remote_host": "127.0.0.1", "remote_port": 7101,
-              "remote_request_id": "42", "tp_size": 1}  # fmt: skip
+    handle = {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": "e",
+        "remote_block_ids": [0, 1],
+        "remote_host": "127.0.0.1",
+        "remote_port": 7101,
+        "remote_request_id": "42",
+        "tp_size": 1,
+    }
     info = parsed(chat(stream=True, max_tokens=5, kv_transfer_params=handle), "decode")
     assert (info.room, info.bootstrap_addr) == (42, "127.0.0.1:7101")
     assert info.stream is True and info.max_tokens == 5
@@ -51,17 +64,29 @@ def test_a_decode_without_a_handle_generates_without_a_kv_pull() -> None:
 
 
 def test_generate_honours_the_routers_top_level_max_tokens() -> None:
-    body = {"text": "hi", "sampling_params": {"max_new_tokens": 6}, "max_tokens": 1,
-            "kv_transfer_params": ASKS}  # fmt: skip
+    body = {
+        "text": "hi",
+        "sampling_params": {"max_new_tokens": 6},
+        "max_tokens": 1,
+        "kv_transfer_params": ASKS,
+    }
     assert parsed(body, "prefill", "/generate").max_tokens == 1
 
 
-@pytest.mark.parametrize("params", [
-    "not an object",
-    {"do_remote_prefill": True, "remote_host": "h", "remote_port": 1},  # no room
-    {"do_remote_prefill": True, "remote_request_id": "x", "remote_host": "h", "remote_port": 1},
-    {"do_remote_prefill": True, "remote_request_id": "1", "remote_host": "h", "remote_port": "p"},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        "not an object",
+        {"do_remote_prefill": True, "remote_host": "h", "remote_port": 1},  # no room
+        {"do_remote_prefill": True, "remote_request_id": "x", "remote_host": "h", "remote_port": 1},
+        {
+            "do_remote_prefill": True,
+            "remote_request_id": "1",
+            "remote_host": "h",
+            "remote_port": "p",
+        },
+    ],
+)
 def test_a_bad_handle_is_a_bad_request(params: Any) -> None:
     with pytest.raises(BadRequest):
         parsed(chat(kv_transfer_params=params), "decode")

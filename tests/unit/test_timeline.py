@@ -39,8 +39,12 @@ ESTAB 0 0 127.0.0.1:31000 127.0.0.1:40316
 0 0 [::ffff:127.0.0.1]:20523 [::ffff:127.0.0.1]:40320
 \t cubic bytes_acked:19 bytes_received:30
 """
-FAULT = {"description": "Timeout on decode-0->prefill-0", "target": "decode-0->prefill-0",
-         "started": NOW - 1.5, "ended": None}  # fmt: skip
+FAULT = {
+    "description": "Timeout on decode-0->prefill-0",
+    "target": "decode-0->prefill-0",
+    "started": NOW - 1.5,
+    "ended": None,
+}
 
 
 def test_ss_bytes_are_summed_per_link_by_listen_port() -> None:
@@ -63,11 +67,20 @@ def test_rates_add_toxiproxy_counters_to_open_sockets_and_never_go_negative() ->
 
 def test_probe_samples_give_toxiproxy_only_rates() -> None:
     def sample(at: float, sent: float) -> Snapshot:
-        observed = Observed(taken_at=at, prefill=["prefill-0"], decode=["decode-0"],
-                            link_names=LINKS,
-                            traffic={"router->decode-0": {"upstream_in": sent}})  # fmt: skip
-        return Snapshot(taken_at=at, prefill=["prefill-0"], decode=["decode-0"],
-                        link_names=LINKS, observed=observed)  # fmt: skip
+        observed = Observed(
+            taken_at=at,
+            prefill=["prefill-0"],
+            decode=["decode-0"],
+            link_names=LINKS,
+            traffic={"router->decode-0": {"upstream_in": sent}},
+        )
+        return Snapshot(
+            taken_at=at,
+            prefill=["prefill-0"],
+            decode=["decode-0"],
+            link_names=LINKS,
+            observed=observed,
+        )
 
     got = rates_from_samples([sample(NOW - 1, 0.0), sample(NOW, 300.0)])
     assert got.source == SOURCE_TOXIPROXY
@@ -76,23 +89,42 @@ def test_probe_samples_give_toxiproxy_only_rates() -> None:
 
 def three_hundred() -> tuple[Snapshot, LinkRates]:
     """270 harness requests done, 30 held on the KV link, and a stray straight to decode."""
-    done = [record(i, age=20 - i * 0.05, state="ok", finished=NOW - 15 + i * 0.05)
-            for i in range(270)]  # fmt: skip
+    done = [
+        record(i, age=20 - i * 0.05, state="ok", finished=NOW - 15 + i * 0.05) for i in range(270)
+    ]
     held = [record(270 + i, age=2.0) for i in range(30)]
-    prefill = [entry(f"harness-x-{270 + i}", "ok", running=1.85, kv_ready=1.8,
-                     transfer_start=1.7, finished=1.7) for i in range(30)]  # fmt: skip
+    prefill = [
+        entry(
+            f"harness-x-{270 + i}",
+            "ok",
+            running=1.85,
+            kv_ready=1.8,
+            transfer_start=1.7,
+            finished=1.7,
+        )
+        for i in range(30)
+    ]
     decode = [entry(f"harness-x-{270 + i}", "transfer", transfer_start=1.85) for i in range(30)]
     snap = snapshot([*done, *held], prefill, decode)
-    spans = [RateSpan(NOW - 20 + k, NOW - 19 + k, 1000.0 * (k < 18), 5000.0 * (k < 18))
-             for k in range(20)]  # fmt: skip
+    spans = [
+        RateSpan(NOW - 20 + k, NOW - 19 + k, 1000.0 * (k < 18), 5000.0 * (k < 18))
+        for k in range(20)
+    ]
     return snap, LinkRates({"client->router": spans}, "test")
 
 
 def test_300_requests_are_300_rows_and_the_last_axis_label_stays_inside() -> None:
     snap, link_rates = three_hundred()
     diagnosis = locate(snap)
-    page = render_timeline(diagnosis, snap, [FAULT], link_rates=link_rates, title="t",
-                           failure="boom", marks=[(NOW - 0.2, "failure: boom")])  # fmt: skip
+    page = render_timeline(
+        diagnosis,
+        snap,
+        [FAULT],
+        link_rates=link_rates,
+        title="t",
+        failure="boom",
+        marks=[(NOW - 0.2, "failure: boom")],
+    )
     rows = re.findall(r'class="row" data-request="[^"]+" data-origin="([^"]+)"', page)
     assert rows.count("harness") == 300 and rows.count("stray-1") == 6
     assert len(page) < 400_000
@@ -114,17 +146,25 @@ def test_axis_ticks_are_round_numbers_within_the_span() -> None:
 
 
 def test_overlapping_hops_go_to_a_second_track() -> None:
-    lanes = pack([Segment("prefill-0", 0.0, 2.0), Segment("decode-0->prefill-0", 1.0, 3.0),
-                  Segment("decode-0", 3.0, 4.0)])  # fmt: skip
+    lanes = pack(
+        [
+            Segment("prefill-0", 0.0, 2.0),
+            Segment("decode-0->prefill-0", 1.0, 3.0),
+            Segment("decode-0", 3.0, 4.0),
+        ]
+    )
     assert [[s.hop for s in lane] for lane in lanes] == [
-        ["prefill-0", "decode-0"], ["decode-0->prefill-0"]]  # fmt: skip
+        ["prefill-0", "decode-0"],
+        ["decode-0->prefill-0"],
+    ]
 
 
 def test_trace_is_sound_and_holds_every_request() -> None:
     snap, link_rates = three_hundred()
     # The held requests' hops overlap: the decode waits for the KV while the prefill runs.
-    tl = build_timeline(locate(snap), snap, [FAULT], link_rates=link_rates, max_rows=50,
-                        title="t", failure="boom")  # fmt: skip
+    tl = build_timeline(
+        locate(snap), snap, [FAULT], link_rates=link_rates, max_rows=50, title="t", failure="boom"
+    )
     data = trace_events(tl)
     assert problems(data) == []
     assert json.loads(json.dumps(data)) == data
@@ -142,9 +182,13 @@ def test_trace_is_sound_and_holds_every_request() -> None:
 
 def test_write_timeline_caps_the_page_but_not_the_trace(tmp_path: Path) -> None:
     snap, link_rates = three_hundred()
-    page, trace = write_timeline(tmp_path, locate(snap), snap, [FAULT], max_rows=100,
-                                 link_rates=link_rates)  # fmt: skip
+    page, trace = write_timeline(
+        tmp_path, locate(snap), snap, [FAULT], max_rows=100, link_rates=link_rates
+    )
     assert page.read_text().count('class="row"') == 100
-    requests = {e["args"]["request_id"] for e in json.loads(trace.read_text())["traceEvents"]
-                if e.get("cat") == "hop"}  # fmt: skip
+    requests = {
+        e["args"]["request_id"]
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if e.get("cat") == "hop"
+    }
     assert len(requests) == 306

@@ -44,14 +44,20 @@ class World:
         self.path = executable(root / "on-path")
 
     def environ(self) -> dict[str, str]:
-        return {"PYTEST_WEDGE_TOXIPROXY": str(self.env), "GOBIN": str(self.gobin.parent),
-                "PATH": str(self.path.parent)}  # fmt: skip
+        return {
+            "PYTEST_WEDGE_TOXIPROXY": str(self.env),
+            "GOBIN": str(self.gobin.parent),
+            "PATH": str(self.path.parent),
+        }
 
-    def locate(self, explicit: str | None = None, environ: dict[str, str] | None = None,
-               **kwargs):  # fmt: skip
-        return locate_toxiproxy(explicit, rootdir=self.rootdir, prefix=str(self.prefix),
-                                environ=self.environ() if environ is None else environ,
-                                **kwargs)  # fmt: skip
+    def locate(self, explicit: str | None = None, environ: dict[str, str] | None = None, **kwargs):
+        return locate_toxiproxy(
+            explicit,
+            rootdir=self.rootdir,
+            prefix=str(self.prefix),
+            environ=self.environ() if environ is None else environ,
+            **kwargs,
+        )
 
 
 @pytest.fixture
@@ -65,7 +71,11 @@ def test_each_place_in_turn_wins_over_the_ones_after_it(world: World) -> None:
     found = world.locate(str(world.explicit), environ, source="--wedge-toxiproxy")
     assert (found.path, found.source) == (str(world.explicit), "--wedge-toxiproxy")
     steps = [
-        (world.env, "environment (PYTEST_WEDGE_TOXIPROXY)", lambda: environ.pop("PYTEST_WEDGE_TOXIPROXY")),
+        (
+            world.env,
+            "environment (PYTEST_WEDGE_TOXIPROXY)",
+            lambda: environ.pop("PYTEST_WEDGE_TOXIPROXY"),
+        ),
         (world.venv, "the venv's bin/", lambda: world.venv.unlink()),
         (world.rootbin, "the rootdir's bin/", lambda: world.rootbin.unlink()),
         (world.gobin, "$GOBIN", lambda: world.gobin.unlink()),
@@ -147,7 +157,9 @@ def test_the_hint_names_make_only_where_this_projects_makefile_is(tmp_path: Path
 def test_the_missing_error_carries_the_hint_for_its_rootdir(world: World, tmp_path: Path) -> None:
     empty = tmp_path / "empty-prefix"
     with pytest.raises(MissingBinaryError) as caught:
-        locate_toxiproxy(None, rootdir=tmp_path / "nowhere", prefix=str(empty), environ={"PATH": ""})
+        locate_toxiproxy(
+            None, rootdir=tmp_path / "nowhere", prefix=str(empty), environ={"PATH": ""}
+        )
     assert caught.value.fix == INSTALL_HINT
     assert "To fix this: run `pytest-wedge install-toxiproxy`" in str(caught.value)
 

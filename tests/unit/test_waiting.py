@@ -65,8 +65,7 @@ def test_poll_returns_the_first_truthy_value_without_sleeping_after_it() -> None
 def test_a_poll_with_a_first_interval_starts_short_and_doubles_up_to_its_interval() -> None:
     fake = FakeClock()
     checks = Checks(fake, truthy_on=7)
-    polled = poll(checks, timeout_s=10, interval_s=0.02, first_interval_s=0.002,
-                  clock=fake.clock)  # fmt: skip
+    polled = poll(checks, timeout_s=10, interval_s=0.02, first_interval_s=0.002, clock=fake.clock)
     assert polled.met and polled.checks == 7
     assert fake.sleeps == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.02, 0.02])
 
@@ -133,8 +132,14 @@ def test_wait_for_returns_the_value_or_raises_a_timeout_naming_what_and_the_last
     assert wait_for(Checks(fake, truthy_on=2), timeout_s=1, what="x", clock=fake.clock) == "ok"
 
     with pytest.raises(WaitTimeout) as raised:
-        wait_for(Checks(fake), timeout_s=0.5, interval_s=0.125, what="the pin to show",
-                 describe=lambda: "3 pending", clock=fake.clock)  # fmt: skip
+        wait_for(
+            Checks(fake),
+            timeout_s=0.5,
+            interval_s=0.125,
+            what="the pin to show",
+            describe=lambda: "3 pending",
+            clock=fake.clock,
+        )
     error = raised.value
     assert isinstance(error, AssertionError)
     assert error.headline == "Timed out waiting for the pin to show"
@@ -180,8 +185,13 @@ def refusing_port() -> Iterator[int]:
 
 
 def _component(name: str, port: int) -> ComponentSpec:
-    return ComponentSpec(name=name, role="prefill", argv=("stub", "--name", name),
-                         ready_url=f"http://127.0.0.1:{port}/health", ports=(port,))  # fmt: skip
+    return ComponentSpec(
+        name=name,
+        role="prefill",
+        argv=("stub", "--name", name),
+        ready_url=f"http://127.0.0.1:{port}/health",
+        ports=(port,),
+    )
 
 
 def test_wait_ready_reports_a_dead_component_at_once_with_its_exit_code_and_log(
@@ -190,7 +200,9 @@ def test_wait_ready_reports_a_dead_component_at_once_with_its_exit_code_and_log(
     fake = FakeClock()
     runtime = FakeRuntime({"prefill-0": 3})
     with pytest.raises(ComponentStartError) as raised:
-        wait_ready(runtime, [_component("prefill-0", refusing_port)], timeout_s=30, clock=fake.clock)  # type: ignore[arg-type]
+        wait_ready(
+            runtime, [_component("prefill-0", refusing_port)], timeout_s=30, clock=fake.clock
+        )  # type: ignore[arg-type]
     error = raised.value
     assert "exited during start-up with exit code 3" in error.headline
     assert error.facts["log"] == "/logs/prefill-0.log"
@@ -206,8 +218,13 @@ def test_wait_ready_ends_at_once_when_the_runtime_no_longer_runs_the_component(
     fake = FakeClock()
     runtime = FakeRuntime({}, gone=("toxiproxy",))
     with pytest.raises(ComponentStartError) as raised:
-        wait_ready(runtime, [_component("toxiproxy", refusing_port)], timeout_s=30, clock=fake.clock)  # type: ignore[arg-type]
-    assert raised.value.headline == "toxiproxy is gone before it was ready: its runtime no longer runs it"
+        wait_ready(
+            runtime, [_component("toxiproxy", refusing_port)], timeout_s=30, clock=fake.clock
+        )  # type: ignore[arg-type]
+    assert (
+        raised.value.headline
+        == "toxiproxy is gone before it was ready: its runtime no longer runs it"
+    )
     assert fake.sleeps == []
 
 
@@ -217,8 +234,13 @@ def test_wait_ready_times_out_on_its_one_deadline_naming_what_it_checked(
     fake = FakeClock()
     runtime = FakeRuntime({})
     with pytest.raises(ComponentStartError) as raised:
-        wait_ready(runtime, [_component("decode-0", refusing_port)], timeout_s=1.0, poll_s=0.25,  # type: ignore[arg-type]
-                   clock=fake.clock)  # fmt: skip
+        wait_ready(
+            runtime,
+            [_component("decode-0", refusing_port)],
+            timeout_s=1.0,
+            poll_s=0.25,  # type: ignore[arg-type]
+            clock=fake.clock,
+        )
     error = raised.value
     assert error.headline == "decode-0 not ready after 1.0 s"
     assert error.facts["checked"] == f"http://127.0.0.1:{refusing_port}/health"

@@ -11,11 +11,15 @@ from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, rend
 from pytest_wedge.topology.workers import WorkerSpec, check_runtime
 
 EXE = Executables(python="/py", smg="/venv/bin/smg", toxiproxy="/bin/toxiproxy-server")
-PREFILL = ("{python} -m pytest_wedge.stubs --role {role} --name {name} --host {host} "
-           "--port {port} --bootstrap-port {bootstrap_port} --ledgerless {stub_args}")  # fmt: skip
-DECODE = ("{python} -m pytest_wedge.stubs --role {role} --name {name} --host {host} "
-          "--port {port} --ledgerless "
-          "--bootstrap-route={host}:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}")  # fmt: skip
+PREFILL = (
+    "{python} -m pytest_wedge.stubs --role {role} --name {name} --host {host} "
+    "--port {port} --bootstrap-port {bootstrap_port} --ledgerless {stub_args}"
+)
+DECODE = (
+    "{python} -m pytest_wedge.stubs --role {role} --name {name} --host {host} "
+    "--port {port} --ledgerless "
+    "--bootstrap-route={host}:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}"
+)
 
 
 def _components(spec: TopologySpec):
@@ -25,8 +29,11 @@ def _components(spec: TopologySpec):
 
 
 def _command_spec(**kwargs) -> TopologySpec:
-    return wedge(prefill_worker={"kind": "command", "command": PREFILL},
-                 decode_worker={"kind": "command", "command": DECODE}, **kwargs).spec  # fmt: skip
+    return wedge(
+        prefill_worker={"kind": "command", "command": PREFILL},
+        decode_worker={"kind": "command", "command": DECODE},
+        **kwargs,
+    ).spec
 
 
 def test_command_workers_render_their_ports_peers_and_the_stub_options() -> None:
@@ -52,8 +59,13 @@ def test_command_workers_render_their_ports_peers_and_the_stub_options() -> None
 
 
 def test_one_role_can_be_a_command_and_the_other_a_stub() -> None:
-    spec = wedge(decode_worker={"kind": "command", "command": ["my-engine", "{port}"],
-                                "ready_path": "/ready"}).spec  # fmt: skip
+    spec = wedge(
+        decode_worker={
+            "kind": "command",
+            "command": ["my-engine", "{port}"],
+            "ready_path": "/ready",
+        }
+    ).spec
     comps = _components(spec)
     assert comps["decode-0"].argv == ("my-engine", "20002")
     assert comps["decode-0"].ready_url.endswith("/ready")
@@ -69,24 +81,31 @@ def test_an_unknown_worker_placeholder_is_refused_before_anything_starts() -> No
     assert "{prefill_bootstrap}" in str(raised.value.facts) and raised.value.fix
 
 
-@pytest.mark.parametrize("role, template, message", [
-    ("decode", "engine --bootstrap-port {bootstrap_port}", "{bootstrap_port}"),
-    ("prefill", "engine --kv {prefill_bootstrap[0]}", "worker this topology does not have"),
-])  # fmt: skip
-def test_a_placeholder_the_role_does_not_have_is_refused(role: str, template: str,
-                                                         message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "role, template, message",
+    [
+        ("decode", "engine --bootstrap-port {bootstrap_port}", "{bootstrap_port}"),
+        ("prefill", "engine --kv {prefill_bootstrap[0]}", "worker this topology does not have"),
+    ],
+)
+def test_a_placeholder_the_role_does_not_have_is_refused(
+    role: str, template: str, message: str
+) -> None:
     spec = wedge(**{f"{role}_worker": {"kind": "command", "command": template}}).spec
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("{", r"\{")):
         _components(spec)
 
 
-@pytest.mark.parametrize("value, message", [
-    ({"kind": "engine"}, "Unknown worker kind"),
-    ({"kind": "command"}, "needs its command template"),
-    ({"command": ["x"]}, "only for kind='command'"),
-    ({"kind": "command", "command": ["x"], "ready": "/h"}, "Unknown prefill_worker setting"),
-    ("my-engine", "prefill_worker must be a dict"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({"kind": "engine"}, "Unknown worker kind"),
+        ({"kind": "command"}, "needs its command template"),
+        ({"command": ["x"]}, "only for kind='command'"),
+        ({"kind": "command", "command": ["x"], "ready": "/h"}, "Unknown prefill_worker setting"),
+        ("my-engine", "prefill_worker must be a dict"),
+    ],
+)
 def test_bad_worker_settings_say_what_to_write(value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         wedge(prefill_worker=value)  # type: ignore[arg-type]
@@ -143,14 +162,23 @@ def test_url_workers_are_not_started_and_their_ports_and_kv_listen_are_taken() -
     assert url_worker_listen(mixed) == {}
 
 
-@pytest.mark.parametrize("value, message", [
-    ({"kind": "url"}, "needs urls="),
-    ({"kind": "url", "urls": ["http://10.0.0.1:80"], "bootstrap_ports": [1]}, "needs urls="),
-    ({"kind": "url", "urls": ["http://127.0.0.1:1"]}, "one URL per worker"),
-    ({"kind": "url", "urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
-      "bootstrap_ports": [3, 4]}, "one URL per worker"),
-    ({"kind": "stub", "urls": ["http://127.0.0.1:1"]}, "only for kind='url'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({"kind": "url"}, "needs urls="),
+        ({"kind": "url", "urls": ["http://10.0.0.1:80"], "bootstrap_ports": [1]}, "needs urls="),
+        ({"kind": "url", "urls": ["http://127.0.0.1:1"]}, "one URL per worker"),
+        (
+            {
+                "kind": "url",
+                "urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                "bootstrap_ports": [3, 4],
+            },
+            "one URL per worker",
+        ),
+        ({"kind": "stub", "urls": ["http://127.0.0.1:1"]}, "only for kind='url'"),
+    ],
+)
 def test_bad_url_workers_say_what_to_write(value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         wedge(prefill_worker=value)  # type: ignore[arg-type]
@@ -163,5 +191,6 @@ def test_url_workers_are_described_and_their_unproxied_traffic_listed() -> None:
     assert described.started.startswith("not started or stopped by pytest-wedge; only its public")
     lines = not_proxied(spec)
     assert any(line.startswith("the KV traffic of decode-0 (url workers)") for line in lines)
-    assert any(line.startswith("the processes of prefill-0, decode-0 (url workers)")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("the processes of prefill-0, decode-0 (url workers)") for line in lines
+    )

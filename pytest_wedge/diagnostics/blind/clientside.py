@@ -18,10 +18,21 @@ from dataclasses import dataclass
 from typing import Any
 
 FAILED = frozenset({"error", "timeout", "unknown"})
-CONNECT_ERRORS = ("ConnectError", "onnection refused", "All connection attempts failed",
-                  "ConnectTimeout")  # fmt: skip
-BROKEN = ("RemoteProtocolError", "ReadError", "WriteError", "Server disconnected",
-          "onnection reset", "stream ended without [DONE]", "load stopped")  # fmt: skip
+CONNECT_ERRORS = (
+    "ConnectError",
+    "onnection refused",
+    "All connection attempts failed",
+    "ConnectTimeout",
+)
+BROKEN = (
+    "RemoteProtocolError",
+    "ReadError",
+    "WriteError",
+    "Server disconnected",
+    "onnection reset",
+    "stream ended without [DONE]",
+    "load stopped",
+)
 _STATUS = re.compile(r"HTTP (\d{3})")
 _URL = re.compile(r"(https?://[0-9a-zA-Z.\-]+:\d+)")
 # vllm-router's plain-text errors name no code: "Prefill server URL returned 500 ...", which
@@ -43,7 +54,7 @@ class Phase:
 def load_key(record: dict[str, Any]) -> str:
     """``origin-runid``: the load a record came from (one load, one connection pool)."""
     origin, rid = str(record.get("origin")), str(record.get("request_id"))
-    rest = rid[len(origin) + 1:] if rid.startswith(origin + "-") else rid
+    rest = rid[len(origin) + 1 :] if rid.startswith(origin + "-") else rid
     return f"{origin}-{rest.split('-')[0]}"
 
 
@@ -58,8 +69,9 @@ def pools(records: list[dict[str, Any]]) -> dict[str, tuple[int, int | None]]:
     """Per load: (connections in use, limit) as its latest record asking for one saw them;
     without the gauge, in use is the sent, unfinished requests and the limit unknown."""
     out: dict[str, tuple[int, int | None]] = {}
-    busy = Counter(load_key(r) for r in records
-                   if r.get("state") == "pending" and r.get("sent") is not None)  # fmt: skip
+    busy = Counter(
+        load_key(r) for r in records if r.get("state") == "pending" and r.get("sent") is not None
+    )
     for r in sorted(records, key=lambda r: float(r.get("created") or 0.0)):
         limit, used = r.get("pool_limit"), r.get("pool_in_use")
         if isinstance(limit, int) and isinstance(used, int):
@@ -73,16 +85,28 @@ def read_error(record: dict[str, Any]) -> Phase:
     """What a failed request's error says (smg's error bodies name codes and upstream URLs)."""
     error = str(record.get("error") or "")
     state = record.get("state")
-    url = (m.group(1) if (m := _URL.search(error)) else "")
+    url = m.group(1) if (m := _URL.search(error)) else ""
     if record.get("sent") is None and any(c in error for c in CONNECT_ERRORS):
         return Phase("failed", "refused", url=url)
     if m := _STATUS.search(error):
         status = int(m.group(1))
-        code = next((c for c in ("no_available_workers", "prefill_internal_error",
-                                 "prefill_unavailable", "decode_internal_error",
-                                 "decode_unavailable", "admission_queue",
-                                 "PD disaggregation request failed", "pd_prefill_queue")
-                     if c in error), "")  # fmt: skip
+        code = next(
+            (
+                c
+                for c in (
+                    "no_available_workers",
+                    "prefill_internal_error",
+                    "prefill_unavailable",
+                    "decode_internal_error",
+                    "decode_unavailable",
+                    "admission_queue",
+                    "PD disaggregation request failed",
+                    "pd_prefill_queue",
+                )
+                if c in error
+            ),
+            "",
+        )
         if not code and (returned := _RETURNED.search(error)):
             code = f"{returned.group(1).lower()}_returned_error"
         return Phase("failed", "status", status=status, code=code, url=url)
@@ -124,8 +148,13 @@ class Window:
     starts: float | None
 
 
-def wedged(records: list[dict[str, Any]], now: float, overdue_after_s: float,
-           window_s: float, since: float | None) -> Window:  # fmt: skip
+def wedged(
+    records: list[dict[str, Any]],
+    now: float,
+    overdue_after_s: float,
+    window_s: float,
+    since: float | None,
+) -> Window:
     """Pending requests overdue by their ``sent`` clock (or never sent, behind an exhausted
     pool), and requests that failed within the current window."""
     stuck, failed = [], []
@@ -141,8 +170,11 @@ def wedged(records: list[dict[str, Any]], now: float, overdue_after_s: float,
                     not_sent[origin] += 1
             elif now - float(r.get("sent") or now) > overdue_after_s:
                 stuck.append(r)
-        elif (r.get("state") in FAILED and not r.get("cut_by_stop")
-              and now - float(r.get("finished") or 0.0) <= window_s):  # fmt: skip
+        elif (
+            r.get("state") in FAILED
+            and not r.get("cut_by_stop")
+            and now - float(r.get("finished") or 0.0) <= window_s
+        ):
             failed.append(r)
     starts = since
     if starts is None and stuck:

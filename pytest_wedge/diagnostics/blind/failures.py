@@ -25,14 +25,18 @@ from pytest_wedge.diagnostics.blind.servers import (
 def _router_errors(s: Servers, worker_type: str, error_type: str) -> float:
     def total(metrics: dict[str, Any]) -> float:
         rows: list[dict[str, Any]] = metrics.get("errors") or []
-        return sum(float(r.get("value", 0.0)) for r in rows
-                   if r.get("worker_type") == worker_type and r.get("error_type") == error_type)
+        return sum(
+            float(r.get("value", 0.0))
+            for r in rows
+            if r.get("worker_type") == worker_type and r.get("error_type") == error_type
+        )
 
     return max(0.0, total(s.obs.router) - total(s.obs.router_before))
 
 
 def _errors_of(s: Servers, worker_type: str) -> float:
     """Errors of any type the router counted against ``worker_type`` in the window."""
+
     def total(metrics: dict[str, Any]) -> float:
         rows: list[dict[str, Any]] = metrics.get("errors") or []
         return sum(float(r.get("value", 0.0)) for r in rows if r.get("worker_type") == worker_type)
@@ -49,13 +53,17 @@ def _opened_by(s: Servers) -> tuple[Worker, str] | None:
         refused = s.obs.grew(d.name, "num_bootstrap_failed_reqs")
         p = s.failing("prefill") or s.cancelled("prefill", refused)
         if refused and p is not None:
-            return p, (f"{d.name} counted {refused:g} failed bootstrap handshakes with "
-                       f"{p.name} in the window (num_bootstrap_failed_reqs)")  # fmt: skip
+            return p, (
+                f"{d.name} counted {refused:g} failed bootstrap handshakes with "
+                f"{p.name} in the window (num_bootstrap_failed_reqs)"
+            )
     by_role = {role: _errors_of(s, role) for role in ("prefill", "decode")}
     for role, other in (("prefill", "decode"), ("decode", "prefill")):
         if by_role[role] and not by_role[other] and (w := s.failing(role)) is not None:
-            return w, (f"the router counted {by_role[role]:g} {role} errors in the window "
-                       f"(smg_worker_errors_total), against {w.name}")  # fmt: skip
+            return w, (
+                f"the router counted {by_role[role]:g} {role} errors in the window "
+                f"(smg_worker_errors_total), against {w.name}"
+            )
     return _failed_beside_aborts(s)
 
 
@@ -68,13 +76,16 @@ def _failed_beside_aborts(s: Servers) -> tuple[Worker, str] | None:
         partners = [w for w in s.role(other) if w.failed > 0]
         if culprit is None or not culprit.failed or not partners:
             continue
-        if (aborted[culprit.name] < culprit.failed / 2
-                and all(aborted[p.name] >= p.failed / 2 for p in partners)):  # fmt: skip
+        if aborted[culprit.name] < culprit.failed / 2 and all(
+            aborted[p.name] >= p.failed / 2 for p in partners
+        ):
             cut = ", ".join(f"{p.name} {aborted[p.name]:g}" for p in partners)
-            return culprit, (f"the router counted {culprit.failed:g} failures against "
-                             f"{culprit.name} and its partners, whose legs it cancelled (aborts "
-                             f"in the window, sglang:num_aborted_requests: {cut}; "
-                             f"{culprit.name} {aborted[culprit.name]:g})")  # fmt: skip
+            return culprit, (
+                f"the router counted {culprit.failed:g} failures against "
+                f"{culprit.name} and its partners, whose legs it cancelled (aborts "
+                f"in the window, sglang:num_aborted_requests: {cut}; "
+                f"{culprit.name} {aborted[culprit.name]:g})"
+            )
     return None
 
 
@@ -84,19 +95,24 @@ def _is(n: int) -> str:
 
 def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     links = [link for link in s.obs.link_names if link != "client->router"]
-    refusing = (f"the router refuses for want of workers ({n} answered {ph.status} "
-                f"no_available_workers)")  # fmt: skip
+    refusing = (
+        f"the router refuses for want of workers ({n} answered {ph.status} no_available_workers)"
+    )
     for w in s.workers.values():
         if w.dead:
             return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", refusing)
     for w in s.workers.values():
         if not w.answers:
-            return s.verdict(w.name, LIKELY, f"{w.name} does not answer /health on its own port",
-                             refusing)  # fmt: skip
+            return s.verdict(
+                w.name, LIKELY, f"{w.name} does not answer /health on its own port", refusing
+            )
     # A worker that restarted in the window is back: what broke while it was away (breakers,
     # transfers) says nothing about a link.
-    back = [f"{w.name} restarted in the window (at {t:.2f})" for w in s.workers.values()
-            if (t := s.restarted(w.name, since)) is not None]  # fmt: skip
+    back = [
+        f"{w.name} restarted in the window (at {t:.2f})"
+        for w in s.workers.values()
+        if (t := s.restarted(w.name, since)) is not None
+    ]
     if not back:
         if (v := s.broken_path(links)) is not None:
             v.because.append(refusing)
@@ -108,22 +124,34 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
             if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
                 p = s.failing("prefill")
                 link = f"{d.name}->{(p or s.role('prefill')[0]).name}"
-                return s.verdict(link, LIKELY if p else UNKNOWN, refusing, f"{d.name} counted "
-                                 f"{d.transfer_broken:g} KV transfers that broke in the window "
-                                 f"(num_transfer_failed_reqs)")  # fmt: skip
+                return s.verdict(
+                    link,
+                    LIKELY if p else UNKNOWN,
+                    refusing,
+                    f"{d.name} counted "
+                    f"{d.transfer_broken:g} KV transfers that broke in the window "
+                    f"(num_transfer_failed_reqs)",
+                )
     opened = [w.name for w in s.workers.values() if w.cb_open]
     if opened and not back and (cause := _opened_by(s)) is not None:
         # Whether it still fails cannot be seen while the breakers keep traffic off it.
         w, why = cause
-        return s.verdict(w.name, LIKELY, why, f"open breakers: {', '.join(opened)} "
-                         f"(smg_worker_cb_state=1)", refusing)  # fmt: skip
+        return s.verdict(
+            w.name,
+            LIKELY,
+            why,
+            f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)",
+            refusing,
+        )
     sick = [w.name for w in s.workers.values() if not w.router_healthy]
     healthy = [d.name for d in s.role("decode") if d.answers]
     for w in s.workers.values():
         s.rule_out(w.name, "its process runs and it answers /health on its own port")
     why = "breakers open" if opened else "workers marked unhealthy" if sick else "no workers"
-    lines = [f"router refuses ({why}) while {' and '.join(healthy) or 'no decode'} "
-             f"{_is(len(healthy))} healthy"]
+    lines = [
+        f"router refuses ({why}) while {' and '.join(healthy) or 'no decode'} "
+        f"{_is(len(healthy))} healthy"
+    ]
     if opened:
         lines.append(f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)")
     if sick:
@@ -133,53 +161,87 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
     # cause persists cannot be seen while the breakers keep traffic off them.
     failed = [w.name for w in s.workers.values() if w.failed > 0]
     if failed:
-        lines.append(f"the router counted failures against {', '.join(failed)} in the window "
-                     f"(smg_worker_cb_outcomes_total): whether they still fail cannot be seen")
+        lines.append(
+            f"the router counted failures against {', '.join(failed)} in the window "
+            f"(smg_worker_cb_outcomes_total): whether they still fail cannot be seen"
+        )
     sure = CERTAIN if (opened or sick) and not failed else LIKELY
     return s.verdict("router", sure, *lines, *back)
 
 
 def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | None:
-    failing = sorted((d for d in s.role("decode") if d.transfer_failures > 0),
-                     key=lambda d: -d.transfer_failures)  # fmt: skip
+    failing = sorted(
+        (d for d in s.role("decode") if d.transfer_failures > 0), key=lambda d: -d.transfer_failures
+    )
     if not failing:
         return None
     d = failing[0]
-    line = (f"{d.name} counted {d.transfer_failures:g} failed KV transfers in the window "
-            f"(num_bootstrap_failed_reqs, num_transfer_failed_reqs)")  # fmt: skip
+    line = (
+        f"{d.name} counted {d.transfer_failures:g} failed KV transfers in the window "
+        f"(num_bootstrap_failed_reqs, num_transfer_failed_reqs)"
+    )
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
     p = s.failing("prefill")
     if "prefill answered" in error:  # the bootstrap server answered, and refused
         if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:
-            s.rule_out(f"{d.name}->{c.name}", "the prefill's bootstrap server answered (it "
-                       "refused)")  # fmt: skip
-            return s.verdict(c.name, LIKELY, line, "a prefill's bootstrap server answered the "
-                             "KV fetch with an error (the decode says: prefill answered)",
-                             f"{c.name} counted {s.obs.grew(c.name, 'num_aborted_requests'):g} "
-                             f"aborted requests in the window (sglang:num_aborted_requests), "
-                             f"the other prefills about none: its legs were the ones cancelled")
+            s.rule_out(
+                f"{d.name}->{c.name}", "the prefill's bootstrap server answered (it refused)"
+            )
+            return s.verdict(
+                c.name,
+                LIKELY,
+                line,
+                "a prefill's bootstrap server answered the "
+                "KV fetch with an error (the decode says: prefill answered)",
+                f"{c.name} counted {s.obs.grew(c.name, 'num_aborted_requests'):g} "
+                f"aborted requests in the window (sglang:num_aborted_requests), "
+                f"the other prefills about none: its legs were the ones cancelled",
+            )
         if p is None:
-            return s.verdict(s.role("prefill")[0].name, UNKNOWN, line, "a prefill's bootstrap "
-                             "server refused the fetch; which one cannot be told")  # fmt: skip
+            return s.verdict(
+                s.role("prefill")[0].name,
+                UNKNOWN,
+                line,
+                "a prefill's bootstrap server refused the fetch; which one cannot be told",
+            )
         s.rule_out(f"{d.name}->{p.name}", "the prefill's bootstrap server answered (it refused)")
-        return s.verdict(p.name, CERTAIN, line, f"{p.name}'s bootstrap server answered the KV "
-                         f"fetch with an error (the decode says: prefill answered)",
-                         f"{p.name} is the prefill the router counted the failures against")
+        return s.verdict(
+            p.name,
+            CERTAIN,
+            line,
+            f"{p.name}'s bootstrap server answered the KV "
+            f"fetch with an error (the decode says: prefill answered)",
+            f"{p.name} is the prefill the router counted the failures against",
+        )
     named = s.obs.named_url(ph.url) if ph.url else None
     if named and named.startswith(f"{d.name}->"):
         return s.verdict(named, CERTAIN, line, f"the error names {named}'s address")
     if p is not None:
-        return s.verdict(f"{d.name}->{p.name}", LIKELY, line, f"{n} requests answered "
-                         f"{ph.status}; {p.name} is the prefill the router counted them against")
+        return s.verdict(
+            f"{d.name}->{p.name}",
+            LIKELY,
+            line,
+            f"{n} requests answered "
+            f"{ph.status}; {p.name} is the prefill the router counted them against",
+        )
     if (c := s.cancelled("prefill", 1.0)) is not None:
         # The prefill whose KV the decode failed to take had those legs cancelled.
-        return s.verdict(f"{d.name}->{c.name}", LIKELY, line, f"{c.name} alone counted aborted "
-                         f"requests in the window (sglang:num_aborted_requests "
-                         f"+{s.obs.grew(c.name, 'num_aborted_requests'):g})")  # fmt: skip
-    return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line,
-                     "which prefill's transfer failed cannot be told")
+        return s.verdict(
+            f"{d.name}->{c.name}",
+            LIKELY,
+            line,
+            f"{c.name} alone counted aborted "
+            f"requests in the window (sglang:num_aborted_requests "
+            f"+{s.obs.grew(c.name, 'num_aborted_requests'):g})",
+        )
+    return s.verdict(
+        f"{d.name}->{s.role('prefill')[0].name}",
+        UNKNOWN,
+        line,
+        "which prefill's transfer failed cannot be told",
+    )
 
 
 def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> Verdict:
@@ -194,10 +256,16 @@ def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> V
         role = ph.code.split("_")[0]
         w = s.failing(role)
         if w is None:
-            return s.verdict(s.role(role)[0].name, UNKNOWN, head, f"which {role} failed cannot "
-                             f"be told")  # fmt: skip
-        return s.verdict(w.name, CERTAIN, head, f"the router says the {role} failed; {w.name} "
-                         f"is the {role} it counted the failures against")
+            return s.verdict(
+                s.role(role)[0].name, UNKNOWN, head, f"which {role} failed cannot be told"
+            )
+        return s.verdict(
+            w.name,
+            CERTAIN,
+            head,
+            f"the router says the {role} failed; {w.name} "
+            f"is the {role} it counted the failures against",
+        )
     named = s.obs.named_url(ph.url) if ph.url else None
     if named is not None:
         target = named.split("->", 1)[1] if "->" in named else named
@@ -206,9 +274,14 @@ def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> V
             return s.verdict(target, CERTAIN, head, f"{target} process {w.dead}")
         if w is not None and w.answers:
             s.rule_out(target, "it answers /health on its own port")
-            return s.verdict(f"router->{target}", CERTAIN, head, f"the router could not reach "
-                             f"{target} at its link address {ph.url}, while {target} answers "
-                             f"/health on its own port")  # fmt: skip
+            return s.verdict(
+                f"router->{target}",
+                CERTAIN,
+                head,
+                f"the router could not reach "
+                f"{target} at its link address {ph.url}, while {target} answers "
+                f"/health on its own port",
+            )
         return s.verdict(target, LIKELY, head, f"{target} does not answer /health")
     return s.verdict("router", UNKNOWN, head, "the error names no component")
 
@@ -218,8 +291,12 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str =
     error texts)."""
     if ph.detail == "refused":
         alive = "; the router itself answers /health on its own port" if s.router_answers else ""
-        return s.verdict("client->router", CERTAIN, f"{n} requests could not connect to the "
-                         f"router's front address (connection refused){alive}")
+        return s.verdict(
+            "client->router",
+            CERTAIN,
+            f"{n} requests could not connect to the "
+            f"router's front address (connection refused){alive}",
+        )
     if ph.detail == "status":
         return _status(s, ph, n, error, since)
     if (v := router_down(s)) is not None:
@@ -229,11 +306,19 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str =
             return v
         started = s.restarted("router", since)
         if started is not None:
-            return s.verdict("router", CERTAIN, f"{n} connections to the router broke, and the "
-                             f"router process started anew in the window (at {started:.2f})")
-        return s.verdict("client->router", LIKELY, f"{n} connections to the router broke after "
-                         f"the request was sent, while the router process runs and answers "
-                         f"/health on its own port")  # fmt: skip
+            return s.verdict(
+                "router",
+                CERTAIN,
+                f"{n} connections to the router broke, and the "
+                f"router process started anew in the window (at {started:.2f})",
+            )
+        return s.verdict(
+            "client->router",
+            LIKELY,
+            f"{n} connections to the router broke after "
+            f"the request was sent, while the router process runs and answers "
+            f"/health on its own port",
+        )
     if ph.detail in ("stream timeout", "stream error"):
         return _stream_broke(s, ph, n, since)
     return s.verdict("router", UNKNOWN, f"{n} requests failed: {ph.code or ph.detail}")
@@ -242,9 +327,9 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str =
 def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     """Streams that had tokens and then ended in an error: where did the bytes stop?"""
     timeouts = _router_errors(s, "decode", "timeout")
-    line = (f"{n} streams broke after tokens ({ph.detail})"
-            + (f"; smg_worker_errors_total{{decode,timeout}} +{timeouts:g}" if timeouts
-               else ""))  # fmt: skip
+    line = f"{n} streams broke after tokens ({ph.detail})" + (
+        f"; smg_worker_errors_total{{decode,timeout}} +{timeouts:g}" if timeouts else ""
+    )
     decodes = s.role("decode")
     if (v := s.broken_path(["client->router"])) is not None:
         return v
@@ -252,8 +337,13 @@ def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict
         if d.dead:
             return s.verdict(d.name, CERTAIN, line, f"{d.name} process {d.dead}")
         if (started := s.restarted(d.name, since)) is not None:
-            return s.verdict(d.name, CERTAIN, line, f"{d.name}'s process started anew in the "
-                             f"window (at {started:.2f}): its streams broke with it")
+            return s.verdict(
+                d.name,
+                CERTAIN,
+                line,
+                f"{d.name}'s process started anew in the "
+                f"window (at {started:.2f}): its streams broke with it",
+            )
     if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
         v.because.insert(0, line)
         return v
@@ -262,8 +352,16 @@ def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict
             return s.verdict(link, LIKELY, line, gap)
     stopped = s.failing("decode")
     if stopped is not None:
-        why = ("the only decode" if len(decodes) == 1
-               else "the decode the router counted failures against")  # fmt: skip
-        return s.verdict(stopped.name, LIKELY, line, f"{stopped.name} ({why}) stopped its "
-                         f"streams, and no link on the way back shows trouble")  # fmt: skip
+        why = (
+            "the only decode"
+            if len(decodes) == 1
+            else "the decode the router counted failures against"
+        )
+        return s.verdict(
+            stopped.name,
+            LIKELY,
+            line,
+            f"{stopped.name} ({why}) stopped its "
+            f"streams, and no link on the way back shows trouble",
+        )
     return s.verdict(decodes[0].name, UNKNOWN, line, "which decode's streams broke cannot be told")

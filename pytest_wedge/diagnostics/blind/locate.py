@@ -53,8 +53,14 @@ def _key(obs: Observed, r: dict[str, Any], now: float, overdue_after_s: float) -
 
 
 def _verdict(
-    obs: Observed, key: Key, n: int, since: float | None,
-    by_pool: dict[str, tuple[int, int | None]], load: str, error: str, held_from: float | None,
+    obs: Observed,
+    key: Key,
+    n: int,
+    since: float | None,
+    by_pool: dict[str, tuple[int, int | None]],
+    load: str,
+    error: str,
+    held_from: float | None,
     rate: float = 0.0,
 ) -> Verdict:
     s = Servers(obs, held_from, since=since)
@@ -64,9 +70,15 @@ def _verdict(
     assert isinstance(what, Phase)
     if what.kind == "unsent":
         used, limit = by_pool.get(load, (0, None))
-        return Verdict("client", CERTAIN, [f"{load}: its connection pool is exhausted ({used} of "
-                                           f"{limit} connections in use) and {n} requests wait "
-                                           f"for a connection: the client holds them"])
+        return Verdict(
+            "client",
+            CERTAIN,
+            [
+                f"{load}: its connection pool is exhausted ({used} of "
+                f"{limit} connections in use) and {n} requests wait "
+                f"for a connection: the client holds them"
+            ],
+        )
     if what.kind == "no answer":
         return held_upstream(s, n)
     if what.kind == "failed":
@@ -76,9 +88,12 @@ def _verdict(
 
 def client_rate(records: list[dict[str, Any]], now: float) -> float:
     """The median tokens per second each of ``records`` received since its first token."""
-    rates = sorted(int(r.get("tokens") or 0) / max(1e-3, float(r.get("last_byte") or now)
-                                                   - float(r["first_token"]))
-                   for r in records if r.get("first_token") is not None)  # fmt: skip
+    rates = sorted(
+        int(r.get("tokens") or 0)
+        / max(1e-3, float(r.get("last_byte") or now) - float(r["first_token"]))
+        for r in records
+        if r.get("first_token") is not None
+    )
     return rates[len(rates) // 2] if rates else 0.0
 
 
@@ -87,21 +102,33 @@ def _describe(key: Key) -> str:
     if kind == "direct":
         return f"sent straight to {what}"
     assert isinstance(what, Phase)
-    return {"unsent": "never left the client", "no answer": "sent, no response head",
-            "head only": "response head, no data", "stalled": "stream stalled",
-            "slow": "streaming slowly"}.get(what.kind, f"failed ({what.detail}"
-                                            + (f" {what.status}" if what.status else "") + ")")
+    return {
+        "unsent": "never left the client",
+        "no answer": "sent, no response head",
+        "head only": "response head, no data",
+        "stalled": "stream stalled",
+        "slow": "streaming slowly",
+    }.get(what.kind, f"failed ({what.detail}" + (f" {what.status}" if what.status else "") + ")")
 
 
-def _facts(obs: Observed, s: Servers, origin: str, win: Window, mine: list[dict[str, Any]],
-           wedged_mine: list[tuple[dict[str, Any], str, Key]]) -> list[str]:  # fmt: skip
+def _facts(
+    obs: Observed,
+    s: Servers,
+    origin: str,
+    win: Window,
+    mine: list[dict[str, Any]],
+    wedged_mine: list[tuple[dict[str, Any], str, Key]],
+) -> list[str]:
     sent = sum(1 for r in mine if r.get("sent") is not None)
     failed = sum(1 for r, _, _ in wedged_mine if r.get("state") != "pending")
-    line = (f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
-            f"client; {len(wedged_mine) - failed} overdue, {failed} failed in the window")
+    line = (
+        f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
+        f"client; {len(wedged_mine) - failed} overdue, {failed} failed in the window"
+    )
     if win.not_sent_yet.get(origin):
-        line += (f"; {win.not_sent_yet[origin]} not sent yet (no sign of an exhausted pool: not "
-                 f"a wedge)")  # fmt: skip
+        line += (
+            f"; {win.not_sent_yet[origin]} not sent yet (no sign of an exhausted pool: not a wedge)"
+        )
     if win.earlier.get(origin):
         line += f"; {win.earlier[origin]} failed before the current window (set aside)"
     facts = [line]
@@ -124,8 +151,10 @@ def _facts(obs: Observed, s: Servers, origin: str, win: Window, mine: list[dict[
             facts.append(f"{w.name}: router marks it unhealthy (smg_worker_health=0)")
     refused = obs.router_grew("refusals")
     if refused:
-        facts.append("router refusals in the window: " +
-                     ", ".join(f"{k} +{v:g}" for k, v in sorted(refused.items())))  # fmt: skip
+        facts.append(
+            "router refusals in the window: "
+            + ", ".join(f"{k} +{v:g}" for k, v in sorted(refused.items()))
+        )
     facts += [gap for link in obs.link_names if (gap := s.swallowed_line(link)) is not None]
     for load, (used, limit) in pools(mine).items():
         if limit is not None:
@@ -144,8 +173,14 @@ def log_line(obs: Observed, component: str) -> str | None:
     return None
 
 
-def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float = 1.0, *,
-                 window_s: float = 10.0, since: float | None = None) -> Diagnosis:  # fmt: skip
+def locate_blind(
+    obs: Observed,
+    origin: str = "harness",
+    overdue_after_s: float = 1.0,
+    *,
+    window_s: float = 10.0,
+    since: float | None = None,
+) -> Diagnosis:
     """Name the hop holding ``origin``'s wedged requests from what an operator observes.
 
     ``since`` is the start of the current fault window: failures that ended before it belong
@@ -168,9 +203,17 @@ def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float 
         # Until the oldest of them was overdue, a healthy stack could still be moving them
         # along: an engine sample from before then cannot show whether a gauge holds them.
         held_from = onset + overdue_after_s
-        verdict = verdicts[key] = _verdict(obs, key, ours or len(records), starts, by_pool,
-                                           load_key(records[0]), str(records[0].get("error") or ""),
-                                           held_from, client_rate(records, now))  # fmt: skip
+        verdict = verdicts[key] = _verdict(
+            obs,
+            key,
+            ours or len(records),
+            starts,
+            by_pool,
+            load_key(records[0]),
+            str(records[0].get("error") or ""),
+            held_from,
+            client_rate(records, now),
+        )
         for r in records:
             by_origin = stuck.setdefault(verdict.hop, {})
             by_origin[str(r.get("origin"))] = by_origin.get(str(r.get("origin")), 0) + 1
@@ -195,18 +238,35 @@ def locate_blind(obs: Observed, origin: str = "harness", overdue_after_s: float 
     for component in sorted(near & {"router", *obs.worker_names}):
         if (line := log_line(obs, component)) is not None:
             evidence.append(line)
-    details = [RequestDetail(
-        request_id=str(r.get("request_id")), origin=origin, state=str(r.get("state")),
-        age_s=round(float(r.get("finished") or now) - float(r.get("sent") or r.get("created")
-                                                            or now), 3),
-        furthest=_describe(k), holding=hop, note=(verdicts[k].because or [""])[0][:120],
-    ) for r, hop, k in held[:MAX_DETAILS]]  # fmt: skip
+    details = [
+        RequestDetail(
+            request_id=str(r.get("request_id")),
+            origin=origin,
+            state=str(r.get("state")),
+            age_s=round(
+                float(r.get("finished") or now) - float(r.get("sent") or r.get("created") or now), 3
+            ),
+            furthest=_describe(k),
+            holding=hop,
+            note=(verdicts[k].because or [""])[0][:120],
+        )
+        for r, hop, k in held[:MAX_DETAILS]
+    ]
     return Diagnosis(
-        location=location, origin=origin, evidence=evidence,
+        location=location,
+        origin=origin,
+        evidence=evidence,
         stuck=dict(sorted(stuck.items(), key=lambda kv: order.get(kv[0], len(order)))),
-        red_herrings=red_herrings(s, origin), requests=details, wedged=len(held),
-        total=len(mine), taken_at=now, overdue_after_s=overdue_after_s,
-        unanswered=dict(obs.unanswered), confidence=confidence, decided_by=list(decided),
-        ruled_out=list(ruled), locator="blind", window_start=win.starts,
-    )  # fmt: skip
-
+        red_herrings=red_herrings(s, origin),
+        requests=details,
+        wedged=len(held),
+        total=len(mine),
+        taken_at=now,
+        overdue_after_s=overdue_after_s,
+        unanswered=dict(obs.unanswered),
+        confidence=confidence,
+        decided_by=list(decided),
+        ruled_out=list(ruled),
+        locator="blind",
+        window_start=win.starts,
+    )

@@ -27,26 +27,40 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
         records = direct.get(name, [])
         pending = Counter(str(r.get("origin")) for r in records if r.get("state") == "pending")
         rates = received_rates(records, now)
-        others = sorted({o for o in set(pending) | set(rates) if o != origin
-                         and (pending.get(o) or rates.get(o, 0.0) >= 0.5)})  # fmt: skip
+        others = sorted(
+            {
+                o
+                for o in set(pending) | set(rates)
+                if o != origin and (pending.get(o) or rates.get(o, 0.0) >= 0.5)
+            }
+        )
         busy = obs.workers.get(name, {})
         unknown = w.held - w.in_flight - sum(pending.values())  # what held in both samples
         if not others and unknown < 1:
             continue
         grew = obs.delta(name, "generation_tokens")
-        total = grew / window if grew is not None and window > 0 else busy.get("gen_throughput",
-                                                                                0.0)
-        parts = [f"{name} generating {total:.0f} tok/s (sglang:generation_tokens), "
-                 f"{busy.get('num_running_reqs', 0.0):g} running"]  # fmt: skip
+        total = (
+            grew / window if grew is not None and window > 0 else busy.get("gen_throughput", 0.0)
+        )
+        parts = [
+            f"{name} generating {total:.0f} tok/s (sglang:generation_tokens), "
+            f"{busy.get('num_running_reqs', 0.0):g} running"
+        ]
         for o in others:
-            parts.append(f"the client ledger has {o} sending straight to {name} (not through the "
-                         f"router): {pending.get(o, 0)} in flight, {rates.get(o, 0.0):.0f} tok/s "
-                         f"received")  # fmt: skip
-        parts.append(f"the router has {w.in_flight:g} in flight to it ({origin}: "
-                     f"{mine.get(origin, 0.0):.0f} tok/s received)")  # fmt: skip
+            parts.append(
+                f"the client ledger has {o} sending straight to {name} (not through the "
+                f"router): {pending.get(o, 0)} in flight, {rates.get(o, 0.0):.0f} tok/s "
+                f"received"
+            )
+        parts.append(
+            f"the router has {w.in_flight:g} in flight to it ({origin}: "
+            f"{mine.get(origin, 0.0):.0f} tok/s received)"
+        )
         if unknown >= 1:
-            parts.append(f"{unknown:g} of its requests came neither through the router nor from "
-                         f"this client: their origin cannot be told from here")  # fmt: skip
+            parts.append(
+                f"{unknown:g} of its requests came neither through the router nor from "
+                f"this client: their origin cannot be told from here"
+            )
         out.append("; ".join(parts) + f" (other origins' activity, not progress of {origin})")
     return out
 
@@ -57,12 +71,20 @@ def split_line(s: Servers, location: str, origin: str) -> str | None:
     if w is None:
         return None
     obs = s.obs
-    via_router = Counter(str(r.get("origin")) for r in obs.client if r.get("state") == "pending"
-                         and obs.named_url(str(r.get("target") or "")) not in s.workers)
+    via_router = Counter(
+        str(r.get("origin"))
+        for r in obs.client
+        if r.get("state") == "pending"
+        and obs.named_url(str(r.get("target") or "")) not in s.workers
+    )
     direct = f"; {w.direct} were sent to it directly" if w.direct else ""
     if set(via_router) <= {origin}:
-        return (f"origins at {location}: the router's {w.in_flight:g} in flight are {origin}'s "
-                f"(the only origin with requests pending through the router){direct}")
+        return (
+            f"origins at {location}: the router's {w.in_flight:g} in flight are {origin}'s "
+            f"(the only origin with requests pending through the router){direct}"
+        )
     mix = ", ".join(f"{o} {n}" for o, n in sorted(via_router.items()))
-    return (f"origins at {location}: the router's {w.in_flight:g} in flight cannot be split by "
-            f"origin from here (pending through the router: {mix}){direct}")
+    return (
+        f"origins at {location}: the router's {w.in_flight:g} in flight cannot be split by "
+        f"origin from here (pending through the router: {mix}){direct}"
+    )

@@ -13,13 +13,21 @@ from typing import Any
 
 from pytest_wedge.evidence.observed import Observed
 
-DEAD = {"stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
-        "zombie": "exited (zombie)", "gone": "gone (no such process)"}  # fmt: skip
+DEAD = {
+    "stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
+    "zombie": "exited (zombie)",
+    "gone": "gone (no such process)",
+}
 CERTAIN, LIKELY, UNKNOWN = "certain", "likely", "unknown"
 RATE_WINDOW_S = 1.0
 BRISK_S = 0.1  # a direct /health answer this fast makes a timeout through the link telling
-HELD_GAUGES = ("num_queue_reqs", "num_running_reqs", "num_prefill_inflight_queue_reqs",
-               "num_decode_transfer_queue_reqs", "num_decode_prealloc_queue_reqs")
+HELD_GAUGES = (
+    "num_queue_reqs",
+    "num_running_reqs",
+    "num_prefill_inflight_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+)
 
 
 @dataclass
@@ -105,14 +113,17 @@ class Worker:
 
     def load_line(self) -> str:
         if self.role == "prefill":
-            held = (f"{self.queued:g} queued, {self.running:g} prefilling, {self.kv_ready:g} "
-                    f"with KV ready for a decode")  # fmt: skip
+            held = (
+                f"{self.queued:g} queued, {self.running:g} prefilling, {self.kv_ready:g} "
+                f"with KV ready for a decode"
+            )
         else:
-            held = (f"{self.prealloc:g} preallocating, {self.waiting_kv:g} waiting for KV, "
-                    f"{self.queued:g} queued, {self.running:g} running")  # fmt: skip
+            held = (
+                f"{self.prealloc:g} preallocating, {self.waiting_kv:g} waiting for KV, "
+                f"{self.queued:g} queued, {self.running:g} running"
+            )
         direct = f", {self.direct} sent to it directly" if self.direct else ""
-        return (f"{self.name}: {held} (sglang gauges); router in flight "
-                f"{self.in_flight:g}{direct}")  # fmt: skip
+        return f"{self.name}: {held} (sglang gauges); router in flight {self.in_flight:g}{direct}"
 
 
 def received_rates(records: list[dict[str, Any]], now: float) -> dict[str, float]:
@@ -148,8 +159,10 @@ def direct_records(obs: Observed) -> dict[str, list[dict[str, Any]]]:
 
 def direct_pending(obs: Observed) -> dict[str, int]:
     """How many of those are pending, per worker."""
-    return {name: sum(1 for r in records if r.get("state") == "pending")
-            for name, records in direct_records(obs).items()}
+    return {
+        name: sum(1 for r in records if r.get("state") == "pending")
+        for name, records in direct_records(obs).items()
+    }
 
 
 def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None = None) -> Worker:
@@ -158,45 +171,56 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
     def gauge(metric: str) -> float:
         return obs.gauge(name, metric, held_from)
 
-    failures = sum(obs.grew(name, c)
-                   for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs"))  # fmt: skip
+    failures = sum(
+        obs.grew(name, c) for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs")
+    )
     cb = (obs.router.get("cb_state") or {}).get(name, 0.0)
     health = (obs.router.get("health") or {}).get(name, 1.0)
     held_now = sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES)
     # A router that keeps no per-worker count: its share of a worker is what the worker holds
     # beyond the requests sent to it directly (nothing then counts as lost on the way).
-    in_flight = (obs.in_flight(name) if obs.router_in_flight_known
-                 else max(0.0, held_now - direct))  # fmt: skip
+    in_flight = obs.in_flight(name) if obs.router_in_flight_known else max(0.0, held_now - direct)
     return Worker(
-        name=name, role="prefill" if prefill else "decode", process=obs.process(name),
-        answers=obs.answered(name), in_flight=in_flight, direct=direct,
-        queued=gauge("num_queue_reqs"), running=gauge("num_running_reqs"),
+        name=name,
+        role="prefill" if prefill else "decode",
+        process=obs.process(name),
+        answers=obs.answered(name),
+        in_flight=in_flight,
+        direct=direct,
+        queued=gauge("num_queue_reqs"),
+        running=gauge("num_running_reqs"),
         kv_ready=gauge("num_prefill_inflight_queue_reqs") if prefill else 0.0,
         waiting_kv=0.0 if prefill else gauge("num_decode_transfer_queue_reqs"),
         prealloc=0.0 if prefill else gauge("num_decode_prealloc_queue_reqs"),
-        transfer_failures=failures, cb_open=cb == 1.0, router_healthy=health != 0.0,
+        transfer_failures=failures,
+        cb_open=cb == 1.0,
+        router_healthy=health != 0.0,
         transfer_broken=obs.grew(name, "num_transfer_failed_reqs"),
-        metrics_read=name in obs.workers, token_rate=_rate(obs, name),
+        metrics_read=name in obs.workers,
+        token_rate=_rate(obs, name),
         failed=obs.router_grew("cb_failed").get(name, 0.0),
         held_now=held_now,
-        waiting_kv_now=0.0 if prefill else obs.workers.get(name, {}).get(
-            "num_decode_transfer_queue_reqs", 0.0),
-    )  # fmt: skip
+        waiting_kv_now=0.0
+        if prefill
+        else obs.workers.get(name, {}).get("num_decode_transfer_queue_reqs", 0.0),
+    )
 
 
 class Servers:
     """The observation indexed for the rules; collects what each rule ruled out."""
 
-    def __init__(self, obs: Observed, held_from: float | None = None, *,
-                 since: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, obs: Observed, held_from: float | None = None, *, since: float | None = None
+    ) -> None:
         """``held_from``: since when the requests in question should be held where they are
         (the oldest one overdue); an earlier engine sample from before then cannot show
         whether a gauge holds them. ``since``: the start of the current window."""
         self.obs = obs
         self.since = since
         direct = direct_pending(obs)
-        self.workers = {n: worker_facts(obs, n, direct.get(n, 0), held_from)
-                        for n in obs.worker_names}  # fmt: skip
+        self.workers = {
+            n: worker_facts(obs, n, direct.get(n, 0), held_from) for n in obs.worker_names
+        }
         for name, records in direct_records(obs).items():
             self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
         self.ruled_out: list[str] = []
@@ -251,8 +275,9 @@ class Servers:
         window (the router cancels a pair's other leg when one fails); None when several or
         none did."""
         floor = max(1.0, failures / 2)
-        hits = [w for w in self.role(role)
-                if self.obs.grew(w.name, "num_aborted_requests") >= floor]  # fmt: skip
+        hits = [
+            w for w in self.role(role) if self.obs.grew(w.name, "num_aborted_requests") >= floor
+        ]
         return hits[0] if len(hits) == 1 else None
 
     def rule_out(self, hop: str, why: str) -> None:
@@ -283,8 +308,10 @@ class Servers:
         if not gaps:
             return None
         parts = ", ".join(f"{d} {n:g} B" for d, n in sorted(gaps.items()))
-        return (f"{link} swallowed bytes on connections that closed in the window ({parts} "
-                f"entered and were never delivered; Toxiproxy byte counters)")
+        return (
+            f"{link} swallowed bytes on connections that closed in the window ({parts} "
+            f"entered and were never delivered; Toxiproxy byte counters)"
+        )
 
 
 def flatten(values: dict[str, Any]) -> str:
