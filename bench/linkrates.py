@@ -15,8 +15,8 @@ from pathlib import Path
 from bench.common import report
 from pytest_wedge.diagnostics import collect, locate
 from pytest_wedge.diagnostics.timeline import write_timeline
-from pytest_wedge.evidence.linkrates import LinkMeter
 from pytest_wedge.handle import Wedge
+from pytest_wedge.links.rates import LinkMeter
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.topology.session import WedgeSession
 

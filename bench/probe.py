@@ -43,8 +43,8 @@ import psutil
 
 from bench.common import report
 from pytest_wedge.evidence.probe import Probe
-from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.handle import Wedge
+from pytest_wedge.plugin.config import SETTINGS
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.topology.session import WedgeSession
 

@@ -10,8 +10,8 @@ import psutil
 
 from bench.common import median_of, report, tree_rss_mb
 from bench.stub_driver import measure_decode_tokens_per_s
+from pytest_wedge.spec.topology import StubOptions, TopologySpec
 from pytest_wedge.topology.session import WedgeSession
-from pytest_wedge.topology.spec import StubOptions, TopologySpec
 
 
 def cold_start_s() -> float:

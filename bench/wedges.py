@@ -49,8 +49,8 @@ from pytest_wedge.faults import (
     Timeout,
 )
 from pytest_wedge.handle import Wedge
+from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.session import WedgeSession
-from pytest_wedge.topology.spec import TopologySpec
 from pytest_wedge.waiting import wait_for
 
 OVERDUE_S = 1.0

@@ -12,14 +12,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_wedge.evidence.linkrates import LinkMeter
 from pytest_wedge.evidence.probe import Probe
-from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults.base import Fault, FaultSet
+from pytest_wedge.links.rates import LinkMeter
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
 from pytest_wedge.load.background import BackgroundLoad
 from pytest_wedge.load.executions import Execution, count_executions
 from pytest_wedge.load.executions import assert_executed_once as _assert_executed_once
+from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.stubs.client import StubClient, StubUnavailable
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.watchdogs.clearing import ClearCheck, expect_cleared
@@ -60,7 +60,7 @@ class Wedge:
         if probe_interval_s > 0:
             self.probe = Probe(topology, interval_s=probe_interval_s, meter_links=True).start()
             # The timeline's link lanes: Toxiproxy's own counters move only when a connection
-            # closes, so the meter adds the open sockets' bytes (evidence/linkrates.py). The
+            # closes, so the meter adds the open sockets' bytes (links/rates.py). The
             # probe's sampler meters them when it runs from the start; else a thread here does.
             source = self.probe.link_series if self.probe.meters_links else None
             self.link_meter = LinkMeter(topology, source=source).start()

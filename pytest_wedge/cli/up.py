@@ -17,9 +17,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.describe import ComponentDescription, describe_components, not_proxied
-from pytest_wedge.topology.keywords import wedge
+from pytest_wedge.spec.marker_args import wedge
 from pytest_wedge.topology.toxiproxy import locate_toxiproxy
+from pytest_wedge.topology.what_ran import ComponentDescription, describe_components, not_proxied
 
 
 class Stop(BaseException):

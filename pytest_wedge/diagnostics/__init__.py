@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Literal
 from pytest_wedge.diagnostics.artifacts import write_artifacts
 from pytest_wedge.diagnostics.blind import locate_blind
 from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
-from pytest_wedge.diagnostics.locator import locate
 from pytest_wedge.diagnostics.moment import (
     Moment,
     active_fault_labels,
@@ -23,6 +22,7 @@ from pytest_wedge.diagnostics.moment import (
     current_window_start,
     main_origin,
 )
+from pytest_wedge.diagnostics.oracle import locate
 from pytest_wedge.diagnostics.timeline import render_timeline
 from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.probe import Probe
@@ -30,7 +30,7 @@ from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.evidence.stacks import dump_stacks
 
 if TYPE_CHECKING:
-    from pytest_wedge.scene import ActiveScene, Scene
+    from pytest_wedge.views import ActiveScene, Scene
 
 Locator = Literal["blind", "oracle"]
 DEFAULT_LOCATOR: Locator = "blind"

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
 from pytest_wedge.diagnostics.timeline import Mark, fault_dict, write_timeline
-from pytest_wedge.evidence.linkrates import LinkRates
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.stacks import render_stacks
+from pytest_wedge.links.rates import LinkRates
 from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
 
 if TYPE_CHECKING:

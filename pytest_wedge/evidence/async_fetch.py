@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from pytest_wedge.evidence.fetch import get
-from pytest_wedge.evidence.observe import link_bytes
 from pytest_wedge.evidence.parse import parse_link_bytes
+from pytest_wedge.evidence.read_public import link_bytes
 
 
 class ConnectError(Exception):

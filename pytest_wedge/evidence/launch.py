@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from typing import IO, Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.runtime.forked import ForkedProcess
+from pytest_wedge.runtime.stub_forks import ForkedProcess
 
 PROGRAM = "pytest_wedge.evidence.zygote"
 MAX_MESSAGE = 65536

@@ -21,7 +21,7 @@ from pytest_wedge.evidence.metric_names import (
     exported_names,
     vocabulary,
 )
-from pytest_wedge.evidence.prometheus import parse_samples
+from pytest_wedge.metrics_text import parse_samples
 
 STUB_GAUGES = GAUGES
 # Cumulative engine counters (SGLang names without the ``_total`` suffix).

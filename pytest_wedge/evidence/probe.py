@@ -12,7 +12,7 @@ its fault whatever the slow interval.
 The sampling runs in its own process (``evidence/sampler.py``): in the test process it
 competed with the harness for the GIL. With ``meter_links``, that process also meters every
 link's bytes for the timeline's link lanes (:meth:`Probe.link_series`, the source of a
-:class:`~pytest_wedge.evidence.linkrates.LinkMeter`). That process is forked from a
+:class:`~pytest_wedge.links.rates.LinkMeter`). That process is forked from a
 pre-imported parent, the zygote (``evidence/zygote.py``, started by ``evidence/launch.py``), so
 a probe costs a fork, not an interpreter's imports. Here a reader thread, blocked on a pipe
 most of the time, keeps each sample as its sampler pickled it and adds to each slow one what

@@ -12,7 +12,7 @@ them from the streamed states (:class:`FastFill`): on this machine a wake-up alo
 process about 0.3 ms, more than a fast sample's work.
 
 With ``"links": true`` in its configuration it also meters every link's bytes (what
-:class:`~pytest_wedge.evidence.linkrates.LinkMeter` does in a thread) on each slow tick, from
+:class:`~pytest_wedge.links.rates.LinkMeter` does in a thread) on each slow tick, from
 the Toxiproxy counters that tick reads anyway plus the kernel's count for open sockets. That
 series stays here until asked for: an empty line on stdin is answered with one frame,
 ``("series", errors, [(time, totals), ...])``, so the test process pays nothing for it while
@@ -22,7 +22,7 @@ the last periodic one, up to a slow interval earlier. One program, one clock: a 
 own read Toxiproxy on a second clock and the kernel's socket table four times a second, and
 cost as much CPU as this whole program (the kernel walks its entire TCP hash table for each
 dump, about 1.7 ms here however few sockets match;
-:class:`~pytest_wedge.evidence.sockdiag.SocketCounters` now dumps only after an accept).
+:class:`~pytest_wedge.links.sockdiag.SocketCounters` now dumps only after an accept).
 
 Why a program of its own: in the test process the sampling (HTTP fetches, Prometheus parsing)
 competed with the harness's event loop for the GIL, which cost the harness 12-20 % of its
@@ -52,16 +52,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from pytest_wedge.evidence import async_fetch
 from pytest_wedge.evidence.fetch import gather
 from pytest_wedge.evidence.frames import Outbox, sample_frame
-from pytest_wedge.evidence.linkrates import (
+from pytest_wedge.evidence.read_public import Jobs, observed_jobs
+from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
+from pytest_wedge.evidence.state_stream import StateStreams
+from pytest_wedge.evidence.target import ProbeTarget, TargetTopology
+from pytest_wedge.links.rates import (
     LINK_WALK_GAP_S,
     OpenSocketBytes,
     Totals,
     add_counters,
 )
-from pytest_wedge.evidence.observe import Jobs, observed_jobs
-from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
-from pytest_wedge.evidence.state_stream import StateStreams
-from pytest_wedge.evidence.target import ProbeTarget, TargetTopology
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology

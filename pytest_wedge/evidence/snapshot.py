@@ -24,13 +24,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.evidence.fetch import gather, get, http_client
-from pytest_wedge.evidence.observe import (
-    attach_before,
-    client_records,
-    empty_observed,
-    fill_observed,
-    observed_jobs,
-)
 from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.parse import (
     STUB_GAUGES,
@@ -38,6 +31,13 @@ from pytest_wedge.evidence.parse import (
     parse_router_metrics,
     parse_stub_metrics,
     proc_state,
+)
+from pytest_wedge.evidence.read_public import (
+    attach_before,
+    client_records,
+    empty_observed,
+    fill_observed,
+    observed_jobs,
 )
 from pytest_wedge.evidence.truth import GroundTruth, window_dict
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault, TargetAlias
 from pytest_wedge.faults.registry import register
-from pytest_wedge.topology.names import validate_component_name, validate_link_name
+from pytest_wedge.spec.names import validate_component_name, validate_link_name
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology

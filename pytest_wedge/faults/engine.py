@@ -1,6 +1,6 @@
 """Engine faults inside the stub workers, switched at run time through their control API.
 
-The stub's parser (``pytest_wedge.stubs.faults``) is the one vocabulary: its ``KINDS`` names
+The stub's parser (``pytest_wedge.stubs.engine_faults``) is the one vocabulary: its ``KINDS`` names
 each kind's parameters and their defaults. A class here declares the same parameters as
 fields, takes each default the stub has from it (:func:`stub_default`), and sends exactly
 those fields (:meth:`EngineFault.params`). ``tests/unit/test_fault_vocabulary.py`` holds the
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults.base import Fault, TargetAlias
 from pytest_wedge.faults.registry import register
+from pytest_wedge.spec.names import validate_component_name
 from pytest_wedge.stubs.client import StubUnavailable
-from pytest_wedge.stubs.faults import KINDS as STUB_KINDS
-from pytest_wedge.topology.names import validate_component_name
+from pytest_wedge.stubs.engine_faults import KINDS as STUB_KINDS
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology

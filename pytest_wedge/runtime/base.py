@@ -12,7 +12,7 @@ import psutil
 
 from pytest_wedge.errors import ComponentControlError, ComponentStartError
 from pytest_wedge.loopback import loopback_client
-from pytest_wedge.topology.spec import ComponentSpec
+from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.waiting import MONOTONIC, Clock, poll
 
 ComponentState = Literal["running", "paused", "exited", "absent"]

@@ -41,9 +41,9 @@ from pytest_wedge.runtime.base import (
     LogFiles,
 )
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
-from pytest_wedge.runtime.owners import owner_alive, owner_tag
+from pytest_wedge.runtime.owner_tags import owner_alive, owner_tag
 from pytest_wedge.runtime.programs import check_bare_name, in_image, program_roots
-from pytest_wedge.topology.spec import ComponentSpec
+from pytest_wedge.spec.topology import ComponentSpec
 
 LABEL_SESSION = "pytest-wedge.session"
 LABEL_OWNER = "pytest-wedge.owner"

@@ -1,6 +1,6 @@
 """The process runtime: each component a local process in its own process group.
 
-Stub workers are forked by a pre-imported stub fork server (``runtime/forked.py``), one per
+Stub workers are forked by a pre-imported stub fork server (``runtime/stub_forks.py``), one per
 runtime; everything else (and a stub of a foreign command line) is spawned. Logs go to files
 under the artifacts directory (never an unread pipe). Children carry the session tag in their
 environment, die with their parent (PR_SET_PDEATHSIG; a forked worker with its fork server,
@@ -30,9 +30,9 @@ from pytest_wedge.runtime.base import (
     LogFiles,
     wait_stopped,
 )
-from pytest_wedge.runtime.forked import ForkServer, Proc, bind_listening, stub_args
-from pytest_wedge.runtime.owners import owner_tag
-from pytest_wedge.topology.spec import ComponentSpec
+from pytest_wedge.runtime.owner_tags import owner_tag
+from pytest_wedge.runtime.stub_forks import ForkServer, Proc, bind_listening, stub_args
+from pytest_wedge.spec.topology import ComponentSpec
 
 _PR_SET_PDEATHSIG = 1
 

@@ -22,8 +22,8 @@ from pytest_wedge.faults.registry import FAULT_REGISTRY
 from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.scenarios.per_router import read_overrides
 from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
-from pytest_wedge.topology.keywords import parse_keywords
-from pytest_wedge.topology.spec import BOOKKEEPING_FIELDS, TopologySpec
+from pytest_wedge.spec.marker_args import parse_keywords
+from pytest_wedge.spec.topology import BOOKKEEPING_FIELDS, TopologySpec
 from pytest_wedge.watchdogs import (
     AggregateThroughputWatchdog,
     CommandWatchdog,

@@ -8,7 +8,7 @@ prometheus_client only.
 from __future__ import annotations
 
 from .config import StubConfig, parse_args
-from .faults import KINDS as FAULT_KINDS
-from .faults import Fault, FaultError, parse_fault
+from .engine_faults import KINDS as FAULT_KINDS
+from .engine_faults import Fault, FaultError, parse_fault
 
 __all__ = ["FAULT_KINDS", "Fault", "FaultError", "StubConfig", "parse_args", "parse_fault"]

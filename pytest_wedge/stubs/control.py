@@ -19,7 +19,7 @@ from aiohttp import web
 
 from .config import PREALLOC_HOLDS, SLOT_POLICIES
 from .engine import ENGINE, WATCHDOG_TICK_S
-from .faults import FaultError, parse_fault
+from .engine_faults import FaultError, parse_fault
 
 log = logging.getLogger("pytest_wedge.stubs")
 

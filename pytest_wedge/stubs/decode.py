@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 
 from .engine import RESET, SHUTDOWN, Engine
-from .faults import Fault
+from .engine_faults import Fault
 from .flow import Failed, admit, fail_late, run_request
 from .ledger import Entry
 from .sched import Released, until_released

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from .admission import Prealloc
 from .config import StubConfig
-from .faults import Fault, FaultSet
+from .engine_faults import Fault, FaultSet
 from .ledger import Entry, Ledger
 from .rooms import EndedRooms, Room
 from .sched import SlotPool, ThroughputWindow, stall

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .engine import BOOTSTRAP_TIMEOUT, RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
-from .faults import Fault
+from .engine_faults import Fault
 from .ledger import Entry
 from .sched import Released, until_released
 from .textgen import RequestInfo

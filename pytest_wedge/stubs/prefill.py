@@ -10,7 +10,7 @@ import time
 from aiohttp import web
 
 from .engine import ENGINE, Engine
-from .faults import Fault
+from .engine_faults import Fault
 from .flow import Failed, admit, fail_late, run_request
 from .ledger import Entry
 from .rooms import Room

@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from .engine import BOOTSTRAP_TIMEOUT, ENGINE, Engine
-from .faults import Fault
+from .engine_faults import Fault
 from .flow import admit, fail_late, outcome, run_request
 from .ledger import Entry
 from .rooms import Room

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from pytest_wedge.topology.spec import (
+from pytest_wedge.spec.topology import (
     LOOPBACK,
     Executables,
     PortPlan,

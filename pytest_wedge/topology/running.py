@@ -21,20 +21,11 @@ from pathlib import Path
 import httpx
 
 from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryError
-from pytest_wedge.evidence.prometheus import samples
 from pytest_wedge.loopback import loopback_client
+from pytest_wedge.metrics_text import samples
 from pytest_wedge.routers.adapters import starts_with_workers
-from pytest_wedge.routers.describe import describe_lines, router_metric_names
 from pytest_wedge.runtime.base import Runtime, wait_ready
-from pytest_wedge.stubs.client import StubClient, StubUnavailable
-from pytest_wedge.topology.ports import PortAllocator, check_free
-from pytest_wedge.topology.router_start import (
-    url_router_listen,
-    url_router_plan,
-    wait_url_router,
-    with_router_executable,
-)
-from pytest_wedge.topology.spec import (
+from pytest_wedge.spec.topology import (
     LOOPBACK,
     ComponentSpec,
     Executables,
@@ -44,9 +35,18 @@ from pytest_wedge.topology.spec import (
     render_components,
     stub_ports,
 )
+from pytest_wedge.spec.workers import check_runtime
+from pytest_wedge.stubs.client import StubClient, StubUnavailable
+from pytest_wedge.topology.ports import PortAllocator, check_free
+from pytest_wedge.topology.router_start import (
+    url_router_listen,
+    url_router_plan,
+    wait_url_router,
+    with_router_executable,
+)
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
+from pytest_wedge.topology.what_ran import describe_lines, router_metric_names
 from pytest_wedge.topology.worker_start import url_worker_listen, url_worker_plan, wait_url_workers
-from pytest_wedge.topology.workers import check_runtime
 
 
 def find_executables(toxiproxy_binary: str) -> Executables:

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
+from pytest_wedge.spec.shape import shape_id
+from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.ports import PortAllocator
 from pytest_wedge.topology.running import Topology, find_executables
-from pytest_wedge.topology.shape import shape_id
-from pytest_wedge.topology.spec import TopologySpec
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
 from pytest_wedge.topology.worker_start import fixed_listen
 from pytest_wedge.waiting import in_background
@@ -93,7 +93,7 @@ class WedgeSession:
 
     def sweep(self) -> None:
         """Remove what a killed earlier session left behind (processes, containers)."""
-        from pytest_wedge.runtime.owners import sweep_leftovers
+        from pytest_wedge.runtime.owner_tags import sweep_leftovers
 
         sweep_leftovers()
         if self.runtime_name == "docker":

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.errors import MissingBinaryError, WedgeError
 from pytest_wedge.loopback import loopback_client
-from pytest_wedge.topology.spec import LOOPBACK, ComponentSpec
+from pytest_wedge.spec.topology import LOOPBACK, ComponentSpec
 
 if TYPE_CHECKING:
     import httpx

@@ -10,8 +10,8 @@ from __future__ import annotations
 import httpx
 
 from pytest_wedge.errors import ComponentStartError
+from pytest_wedge.spec.topology import LOOPBACK, PortPlan, TopologySpec
 from pytest_wedge.topology.router_start import url_router_listen
-from pytest_wedge.topology.spec import LOOPBACK, PortPlan, TopologySpec
 from pytest_wedge.waiting import poll
 
 

@@ -20,7 +20,7 @@ import httpx
 
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.scene import Scene
+from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
 from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
 

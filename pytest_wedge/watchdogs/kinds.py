@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.evidence.prometheus import metric_value
+from pytest_wedge.metrics_text import metric_value
 
 if TYPE_CHECKING:
-    from pytest_wedge.scene import Scene
+    from pytest_wedge.views import Scene
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pytest_wedge.faults import CoRestart
 from pytest_wedge.watchdogs.kinds import CallableWatchdog
 
 if TYPE_CHECKING:
-    from pytest_wedge.scene import ActiveScene
+    from pytest_wedge.views import ActiveScene
 
 # The diagnosis's default span for failures that still count as wedged.
 WINDOW_S = 10.0

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.load.ledger import RequestRecord
-from pytest_wedge.scene import Scene
+from pytest_wedge.metrics_text import metric_value
+from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
 from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
-from pytest_wedge.runtime.owners import process_identity
+from pytest_wedge.runtime.owner_tags import process_identity
 from pytest_wedge.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

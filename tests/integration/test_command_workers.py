@@ -19,8 +19,8 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults import ErrorStatus, Kill, Pause
 from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
-from pytest_wedge.scenarios.run import run_scenario
-from pytest_wedge.topology.workers import WorkerSpec
+from pytest_wedge.scenarios.runner import run_scenario
+from pytest_wedge.spec.workers import WorkerSpec
 
 pytestmark = pytest.mark.timeout(180)
 CATALOG = {s.name: s for s in catalog()}

@@ -21,7 +21,7 @@ from pytest_wedge.errors import AlreadyRunningError, ComponentControlError  # no
 from pytest_wedge.faults.component import Kill  # noqa: E402
 from pytest_wedge.runtime import images  # noqa: E402
 from pytest_wedge.runtime.docker import DockerRuntime  # noqa: E402
-from pytest_wedge.topology.spec import ComponentSpec, TopologySpec  # noqa: E402
+from pytest_wedge.spec.topology import ComponentSpec, TopologySpec  # noqa: E402
 
 
 def api_error(status: int, explanation: str) -> Exception:

@@ -22,10 +22,10 @@ import pytest
 
 from pytest_wedge.runtime import wait_ready
 from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV
-from pytest_wedge.runtime.forked import SERVER_MODULE
 from pytest_wedge.runtime.process import ProcessRuntime
+from pytest_wedge.runtime.stub_forks import SERVER_MODULE
+from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.topology.ports import PortAllocator
-from pytest_wedge.topology.spec import ComponentSpec
 from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)

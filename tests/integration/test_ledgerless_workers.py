@@ -15,7 +15,7 @@ import pytest
 from pytest_wedge.faults import ErrorStatus
 from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
-from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.scenarios.runner import run_scenario
 from pytest_wedge.stubs.client import StubUnavailable
 
 pytestmark = pytest.mark.timeout(180)

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from pytest_wedge.evidence import launch
-from pytest_wedge.evidence.linkrates import LINK_WALK_GAP_S, LinkMeter
 from pytest_wedge.evidence.probe import Probe, ProbeError
+from pytest_wedge.links.rates import LINK_WALK_GAP_S, LinkMeter
 from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)

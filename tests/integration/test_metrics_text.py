@@ -6,7 +6,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_wedge.evidence.prometheus import parse_samples
+from pytest_wedge.metrics_text import parse_samples
 
 pytestmark = pytest.mark.timeout(60)
 

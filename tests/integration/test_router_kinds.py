@@ -35,7 +35,7 @@ def test_sglang_router_runs_from_its_isolated_venv_and_origin_survives_by_header
 def _run_catalog_scenario(wedge_factory, name: str, **router_kwargs):
     """Run the catalog's ``name`` on a topology of the same shape, with ``router_kwargs``."""
     from pytest_wedge.scenarios import catalog
-    from pytest_wedge.scenarios.run import run_scenario
+    from pytest_wedge.scenarios.runner import run_scenario
 
     scenario = next(s for s in catalog() if s.name == name)
     spec = scenario.spec
@@ -299,8 +299,8 @@ def test_vllm_router_passes_a_prefill_error_to_the_client_without_a_retry(wedge)
     decode = wedge.worker_ledgers()["decode-0"]["entries"]
     assert not [e for e in decode if e["origin"] == "harness"]
     # The evidence reads vllm-router's own names in smg's keys: health, failures per worker.
-    from pytest_wedge.evidence.observe import router_worker_names
     from pytest_wedge.evidence.parse import parse_router_metrics
+    from pytest_wedge.evidence.read_public import router_worker_names
 
     seen = parse_router_metrics(
         wedge.topology.router_metrics(), router_worker_names(wedge.topology)

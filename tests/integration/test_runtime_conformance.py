@@ -155,7 +155,7 @@ def test_sweep_removes_dead_owners_containers_only() -> None:
         sweep_containers,
     )
     from pytest_wedge.runtime.images import ensure_image
-    from pytest_wedge.runtime.owners import owner_tag, process_identity
+    from pytest_wedge.runtime.owner_tags import owner_tag, process_identity
 
     # An owner that really lived and is now gone (a made-up PID could be a live process).
     gone = psutil.Process(subprocess.Popen([sys.executable, "-c", "pass"]).pid)

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_wedge.faults import ErrorStatus, Pause, PinOnAbort, Timeout
 from pytest_wedge.scenarios.catalog import ScheduledFault, catalog
-from pytest_wedge.scenarios.run import ScenarioFailed, run_scenario
+from pytest_wedge.scenarios.runner import ScenarioFailed, run_scenario
 from pytest_wedge.waiting import WaitTimeout
 from pytest_wedge.watchdogs import NoProgressWatchdog
 

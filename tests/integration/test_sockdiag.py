@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_wedge.evidence.linkrates import OpenSocketBytes, _ss_socket_bytes
-from pytest_wedge.evidence.sockdiag import SocketCounters, socket_bytes
+from pytest_wedge.links.rates import OpenSocketBytes, _ss_socket_bytes
+from pytest_wedge.links.sockdiag import SocketCounters, socket_bytes
 from pytest_wedge.waiting import wait_for
 
 pytestmark = [

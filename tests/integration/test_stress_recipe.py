@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.scenarios.catalog import catalog
-from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.scenarios.runner import run_scenario
 
 pytestmark = pytest.mark.timeout(240)
 CATALOG = {s.name: s for s in catalog()}

@@ -21,11 +21,11 @@ import httpx
 import pytest
 
 from pytest_wedge.evidence.parse import parse_engine_metrics
-from pytest_wedge.evidence.prometheus import samples
+from pytest_wedge.metrics_text import samples
 from pytest_wedge.runtime import make_runtime
 from pytest_wedge.runtime.base import Runtime, wait_ready
+from pytest_wedge.spec.topology import LOOPBACK, ComponentSpec
 from pytest_wedge.topology.session import WedgeSession
-from pytest_wedge.topology.spec import LOOPBACK, ComponentSpec
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
 from pytest_wedge.waiting import observe, wait_for
 

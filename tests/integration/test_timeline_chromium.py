@@ -22,9 +22,9 @@ from trace_events import problems
 
 from pytest_wedge.diagnostics import Probe, collect, locate
 from pytest_wedge.diagnostics.timeline import write_timeline
-from pytest_wedge.evidence.linkrates import LinkMeter
 from pytest_wedge.faults import Timeout
 from pytest_wedge.handle import Wedge
+from pytest_wedge.links.rates import LinkMeter
 from pytest_wedge.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.timeout(240)

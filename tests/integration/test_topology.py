@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
-from pytest_wedge.evidence.prometheus import metric_value
 from pytest_wedge.faults import Latency, SlowTokens
+from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,10 +20,10 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults import ErrorStatus, Pause
 from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
-from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.scenarios.runner import run_scenario
+from pytest_wedge.spec.topology import StubOptions
+from pytest_wedge.spec.workers import worker_spec
 from pytest_wedge.topology.ports import PortAllocator
-from pytest_wedge.topology.spec import StubOptions
-from pytest_wedge.topology.workers import worker_spec
 from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
-from pytest_wedge.scenarios.run import run_scenario
+from pytest_wedge.scenarios.runner import run_scenario
 
 pytestmark = pytest.mark.timeout(180)
 CATALOG = {s.name: s for s in catalog()}

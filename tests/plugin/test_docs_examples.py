@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_wedge.scenarios.catalog import Expect, load_scenario
-from pytest_wedge.topology.spec import BOOKKEEPING_FIELDS, TopologySpec
+from pytest_wedge.spec.topology import BOOKKEEPING_FIELDS, TopologySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-hang-test.md"

@@ -129,7 +129,7 @@ def test_the_fix_names_make_only_where_the_projects_makefile_is(
 
 def test_a_slow_bring_up_says_what_it_waits_for(pytester: pytest.Pytester, clean_env: None) -> None:
     # Progress shows after PROGRESS_AFTER_S; 0 makes every bring-up "slow" for this test.
-    pytester.makeconftest("import pytest_wedge.glue.console as c\nc.PROGRESS_AFTER_S = 0.0\n")
+    pytester.makeconftest("import pytest_wedge.plugin.console as c\nc.PROGRESS_AFTER_S = 0.0\n")
     pytester.makepyfile(USES_WEDGE)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}")
     result.assert_outcomes(passed=1)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_wedge.glue.config import SETTINGS, resolve
+from pytest_wedge.plugin.config import SETTINGS, resolve
 
 pytestmark = pytest.mark.timeout(120)
 TOXIPROXY = Path(__file__).resolve().parents[2] / "bin" / "toxiproxy-server"
@@ -87,7 +87,7 @@ def test_wedge_keep_is_a_boolean_ini(pytester: pytest.Pytester) -> None:
     assert SETTINGS["wedge_keep"].ini_type == "bool"
     pytester.makeini("[pytest]\nwedge_keep = yes\n")
     pytester.makeconftest("""
-        from pytest_wedge.glue.state import plugin_of
+        from pytest_wedge.plugin.state import plugin_of
 
         def pytest_sessionfinish(session):
             setting = plugin_of(session.config).settings["wedge_keep"]

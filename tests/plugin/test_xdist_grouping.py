@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_wedge.scenarios import catalog
-from pytest_wedge.topology.shape import shape_id
+from pytest_wedge.spec.shape import shape_id
 
 SHAPES = """
 import pytest

@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
 MAX_LINES = 350
 # The handle and the plugin sit on top: only these may import them.
-ABOVE_THE_HANDLE = ("pytest_wedge.plugin", "pytest_wedge.glue", "pytest_wedge.scenarios")
+ABOVE_THE_HANDLE = ("pytest_wedge.plugin", "pytest_wedge.plugin", "pytest_wedge.scenarios")
 HEAVY = ("faker", "httpx", "prometheus_client", "toxiproxy", "aiohttp")
 
 

@@ -23,7 +23,7 @@ BLIND = "pytest_wedge.diagnostics.blind"
 ALLOWED = {"pytest_wedge.evidence.observed", "pytest_wedge.diagnostics.diagnosis"}
 # What reads ground truth, named so a failure says which door was opened.
 GROUND_TRUTH = (
-    "pytest_wedge.diagnostics.locator",
+    "pytest_wedge.diagnostics.oracle",
     "pytest_wedge.diagnostics.hops",
     "pytest_wedge.evidence.snapshot",
     "pytest_wedge.evidence.truth",
@@ -113,8 +113,8 @@ def test_the_walk_would_catch_a_door_to_the_ground_truth() -> None:
     planted = "from pytest_wedge.diagnostics.hops import Context\nimport pytest_wedge.stubs.client"
     found = imports_of(planted, f"{BLIND}.planted", False)
     assert found == {"pytest_wedge.diagnostics.hops", "pytest_wedge.stubs.client"}
-    relative = imports_of("from ..locator import locate", f"{BLIND}.planted", False)
-    assert relative == {"pytest_wedge.diagnostics.locator"}
+    relative = imports_of("from ..oracle import locate", f"{BLIND}.planted", False)
+    assert relative == {"pytest_wedge.diagnostics.oracle"}
     assert offenders({"pytest_wedge.diagnostics.hops": f"{BLIND}.planted"}) != []
 
 

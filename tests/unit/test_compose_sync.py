@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.compose import COMPOSE_DIR, plan, render
-from pytest_wedge.topology.spec import TopologySpec
 
 
 @pytest.mark.timeout(30)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_wedge.glue.console import bring_up
+from pytest_wedge.plugin.console import bring_up
 
 
 class Reporter:

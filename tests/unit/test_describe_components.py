@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pytest_wedge.routers.describe import describe_router, describe_worker
 from pytest_wedge.routers.kinds import RouterSpec
-from pytest_wedge.topology.spec import (
+from pytest_wedge.spec.topology import (
     Executables,
     PortPlan,
     StubOptions,
     TopologySpec,
     render_components,
 )
+from pytest_wedge.topology.what_ran import describe_router, describe_worker
 
 EXE = Executables(python="/venv/bin/python", smg="/venv/bin/smg", toxiproxy="/bin/toxiproxy-server")
 

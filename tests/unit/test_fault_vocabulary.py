@@ -27,8 +27,8 @@ from pytest_wedge.faults import (
     register,
 )
 from pytest_wedge.faults.registry import legacy_target_keywords
-from pytest_wedge.stubs.faults import KINDS, parse_fault
-from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.spec.topology import TopologySpec
+from pytest_wedge.stubs.engine_faults import KINDS, parse_fault
 
 ENGINE_FAULTS = sorted(
     (c for c in FAULT_REGISTRY.values() if issubclass(c, EngineFault)), key=lambda c: c.__name__

@@ -36,7 +36,7 @@ from pytest_wedge.load import (
     summary_table,
 )
 from pytest_wedge.scenarios.catalog import catalog
-from pytest_wedge.scenarios.run import ScenarioFailed, ScenarioResult, _await_showing, showing
+from pytest_wedge.scenarios.runner import ScenarioFailed, ScenarioResult, _await_showing, showing
 
 NOW = 1_000_000.0
 

@@ -17,10 +17,10 @@ from pytest_wedge.faults import (
     StallAfterTokens,
     Timeout,
 )
-from pytest_wedge.glue.config import resolve
-from pytest_wedge.glue.marker import parse_marker
+from pytest_wedge.plugin.config import resolve
+from pytest_wedge.plugin.marker import parse_marker
+from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
 from pytest_wedge.topology.ports import PortAllocator, worker_slice
-from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
 
 EXE = Executables(python="/venv/bin/python", smg="/venv/bin/smg", toxiproxy="/bin/tp")
 

@@ -9,7 +9,7 @@ import sys
 
 import psutil
 
-from pytest_wedge.runtime.owners import owner_alive, owner_tag, start_ticks
+from pytest_wedge.runtime.owner_tags import owner_alive, owner_tag, start_ticks
 
 
 def test_this_process_is_its_own_live_owner() -> None:

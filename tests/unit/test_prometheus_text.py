@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_wedge.evidence.prometheus import metric_value, parse_samples, samples
+from pytest_wedge.metrics_text import metric_value, parse_samples, samples
 from pytest_wedge.stubs import vllm_metrics
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine import Engine
@@ -100,7 +100,7 @@ def test_a_line_neither_parser_reads_raises_as_prometheus_client_does() -> None:
 
 
 def test_the_engines_lines_never_need_the_slow_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_wedge.evidence import prometheus
+    from pytest_wedge import metrics_text as prometheus
 
     def refuse(line: str) -> list[tuple[str, dict[str, str], float]]:
         raise AssertionError(f"slow path taken for {line!r}")

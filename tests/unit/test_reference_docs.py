@@ -20,7 +20,6 @@ from pytest_wedge.cli.reference import REGENERATE, stale_pages
 from pytest_wedge.evidence.metric_meanings import METRIC_MEANINGS, describe_value
 from pytest_wedge.faults import FAULT_REGISTRY, Toxic
 from pytest_wedge.faults import registry as fault_registry
-from pytest_wedge.glue.config import SETTINGS
 from pytest_wedge.load import STATES, Aborter, Harness, RequestRecord, StrayRequester
 from pytest_wedge.load.ledger import PHASES
 from pytest_wedge.load.meanings import (
@@ -29,6 +28,7 @@ from pytest_wedge.load.meanings import (
     PHASE_MEANINGS,
     STATE_MEANINGS,
 )
+from pytest_wedge.plugin.config import SETTINGS
 from pytest_wedge.reference import PAGES, render_pages
 from pytest_wedge.reference.faults_page import fault_entries, package_faults
 from pytest_wedge.reference.introspect import own_docstring

@@ -6,11 +6,11 @@ import pytest
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import SGLANG_ROUTER, SMG, VLLM_ROUTER
-from pytest_wedge.routers.describe import describe_router, unproxied
 from pytest_wedge.routers.kinds import RouterSpec
 from pytest_wedge.routers.template import TemplateValues, render_template, split_template
-from pytest_wedge.topology.keywords import wedge
-from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
+from pytest_wedge.spec.marker_args import wedge
+from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
+from pytest_wedge.topology.what_ran import describe_router, unproxied
 
 VALUES = TemplateValues(
     "127.0.0.1",

@@ -21,7 +21,7 @@ from pytest_wedge.errors import AlreadyRunningError, ComponentStartError, WedgeE
 from pytest_wedge.runtime import process
 from pytest_wedge.runtime.base import SESSION_ENV
 from pytest_wedge.runtime.process import ProcessRuntime
-from pytest_wedge.topology.spec import ComponentSpec
+from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.waiting import wait_for
 
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(600)")

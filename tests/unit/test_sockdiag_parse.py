@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from pytest_wedge.evidence import sockdiag
+from pytest_wedge.links import sockdiag
 
 HEADER = struct.Struct("=IHHII")
 SOCK_DIAG_BY_FAMILY = 20

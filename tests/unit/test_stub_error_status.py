@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from pytest_wedge.faults import ErrorStatus
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine import Engine
-from pytest_wedge.stubs.faults import FaultError, FaultSet, parse_fault
+from pytest_wedge.stubs.engine_faults import FaultError, FaultSet, parse_fault
 from pytest_wedge.stubs.server import make_app
 
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.spec.marker_args import wedge
+from pytest_wedge.spec.topology import LEDGERLESS_FLAG, ComponentSpec, StubOptions
 from pytest_wedge.stubs.config import StubConfig, parse_args
 from pytest_wedge.stubs.engine import Engine
 from pytest_wedge.stubs.textgen import BadRequest, parse_request
 from pytest_wedge.stubs.vllm import apply_kv_params, kv_handle
-from pytest_wedge.topology.keywords import wedge
-from pytest_wedge.topology.spec import LEDGERLESS_FLAG, ComponentSpec, StubOptions
 
 ASKS = {
     "do_remote_decode": True,

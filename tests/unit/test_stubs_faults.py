@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.stubs.faults import KINDS, FaultError, FaultSet, parse_fault
+from pytest_wedge.stubs.engine_faults import KINDS, FaultError, FaultSet, parse_fault
 
 
 def test_every_kind_parses_with_its_required_params() -> None:

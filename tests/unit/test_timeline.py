@@ -19,7 +19,8 @@ from pytest_wedge.diagnostics.timeline import (
 from pytest_wedge.diagnostics.timeline.html import Scale
 from pytest_wedge.diagnostics.timeline.trace import pack
 from pytest_wedge.diagnostics.timeline.waterfall import Segment
-from pytest_wedge.evidence.linkrates import (
+from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.links.rates import (
     SOURCE_TOXIPROXY,
     LinkRates,
     RateSpan,
@@ -28,7 +29,6 @@ from pytest_wedge.evidence.linkrates import (
     rates,
     rates_from_samples,
 )
-from pytest_wedge.evidence.observed import Observed
 
 # `ss -tinH state connected`: with a state column, an IPv6-mapped peer, and a socket of
 # another port in between (it must not be counted).

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.describe import describe_worker, not_proxied
-from pytest_wedge.topology.keywords import wedge
-from pytest_wedge.topology.spec import Executables, PortPlan, TopologySpec, render_components
-from pytest_wedge.topology.workers import WorkerSpec, check_runtime
+from pytest_wedge.spec.marker_args import wedge
+from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
+from pytest_wedge.spec.workers import WorkerSpec, check_runtime
+from pytest_wedge.topology.what_ran import describe_worker, not_proxied
 
 EXE = Executables(python="/py", smg="/venv/bin/smg", toxiproxy="/bin/toxiproxy-server")
 PREFILL = (

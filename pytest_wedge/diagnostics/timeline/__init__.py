@@ -22,8 +22,8 @@ from pytest_wedge.diagnostics.timeline.model import (
 )
 from pytest_wedge.diagnostics.timeline.trace import render_trace, trace_events
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow, Segment, request_rows
-from pytest_wedge.evidence.linkrates import LinkRates
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.links.rates import LinkRates
 
 MAX_BARS = MAX_ROWS  # the old name: the cap is on rows now (one per request)
 PAGE, TRACE = "timeline.html", "timeline.trace.json"

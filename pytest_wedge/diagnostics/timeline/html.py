@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from pytest_wedge.diagnostics.timeline.model import Timeline
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow
-from pytest_wedge.evidence.linkrates import RateSpan
+from pytest_wedge.links.rates import RateSpan
 
 HOP_COLOURS = {
     "client": "#9aa5b1",

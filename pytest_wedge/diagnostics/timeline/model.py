@@ -8,8 +8,8 @@ from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow, request_rows
-from pytest_wedge.evidence.linkrates import LinkRates, rates_from_samples
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.links.rates import LinkRates, rates_from_samples
 
 # Rows beyond this are dropped (the origin under test and wedged requests never are): a page of
 # 3000 rows is no longer read, and the trace JSON keeps every request anyway.

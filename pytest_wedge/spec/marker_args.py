@@ -14,8 +14,8 @@ from typing import Any
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.kinds import RouterSpec
 from pytest_wedge.routers.template import split_template
-from pytest_wedge.topology.spec import StubOptions, TopologySpec
-from pytest_wedge.topology.workers import WorkerSpec, worker_spec
+from pytest_wedge.spec.topology import StubOptions, TopologySpec
+from pytest_wedge.spec.workers import WorkerSpec, worker_spec
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pytest_wedge.diagnostics import Moment, capture_moment, dump_stacks, locate
 from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_start
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
-from pytest_wedge.routers.describe import describe_components, not_proxied
+from pytest_wedge.topology.what_ran import describe_components, not_proxied
 from pytest_wedge.watchdogs.kinds import watchdog_report
 
 ARTIFACT_FILES = "diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html"

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.glue import console, hookspecs
-from pytest_wedge.glue import items as scenario_items
-from pytest_wedge.glue.config import SETTINGS
-from pytest_wedge.glue.grouping import ShapeGrouping
-from pytest_wedge.glue.state import (
+from pytest_wedge.plugin import console, hookspecs
+from pytest_wedge.plugin import items as scenario_items
+from pytest_wedge.plugin.config import SETTINGS
+from pytest_wedge.plugin.grouping import ShapeGrouping
+from pytest_wedge.plugin.state import (
     HANDLES_KEY,
     PLUGIN_KEY,
     WedgePlugin,
@@ -32,8 +32,8 @@ from pytest_wedge.glue.state import (
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
+    from pytest_wedge.spec.topology import TopologySpec
     from pytest_wedge.topology.session import WedgeSession
-    from pytest_wedge.topology.spec import TopologySpec
 
 WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
 
@@ -56,17 +56,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "wedge(prefill=1, decode=1, router_args=(), stub=None, runtime=None): the topology "
-        "the `wedge` fixture brings up for this test (see pytest_wedge.glue.marker.wedge).",
+        "the `wedge` fixture brings up for this test (see pytest_wedge.plugin.marker.wedge).",
     )
     plugin = WedgePlugin(config)
     config.stash[PLUGIN_KEY] = plugin
     if config.getoption("xmlpath", None) and not hasattr(config, "workerinput"):
-        from pytest_wedge.glue.junit import WedgeJUnit
+        from pytest_wedge.plugin.junit import WedgeJUnit
 
         # The wedge text also goes into each failed test's JUnit system-out.
         config.pluginmanager.register(WedgeJUnit(config), "wedge-junit")
     scenario_items.configure(config)
-    # xdist: one worker per topology shape (glue/grouping.py); a no-op without xdist.
+    # xdist: one worker per topology shape (plugin/grouping.py); a no-op without xdist.
     config.pluginmanager.register(ShapeGrouping(), "wedge-grouping")
 
 
@@ -167,7 +167,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield  # type: ignore[assignment]
     _point_at_the_test(item, call, report)
     if item.stash.get(HANDLES_KEY, []) and report.when == "call":
-        from pytest_wedge.glue.failure import report_call
+        from pytest_wedge.plugin.failure import report_call
 
         report_call(item, report, call.excinfo.value if call.excinfo else None)
     return report  # type: ignore[return-value]
@@ -180,7 +180,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return (yield)
     except KeyboardInterrupt as exc:
         if item.stash.get(HANDLES_KEY, []):
-            from pytest_wedge.glue.failure import report_interrupt
+            from pytest_wedge.plugin.failure import report_interrupt
 
             report_interrupt(item, exc)
         raise
@@ -188,7 +188,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The reports of tests interrupted by Ctrl-C (they have no failure report to carry one)."""
-    from pytest_wedge.glue.failure import interrupted_reports
+    from pytest_wedge.plugin.failure import interrupted_reports
 
     for nodeid, text in interrupted_reports(terminalreporter.config):
         terminalreporter.write_sep("_", f"wedge report: {nodeid} (interrupted)")
@@ -199,7 +199,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist: every worker writes into the controller's run folder, which the first
     worker that needs it makes (a run without wedge tests makes none)."""
-    from pytest_wedge.glue.state import ARTIFACTS_KEY, RUN_OWNER_KEY
+    from pytest_wedge.plugin.state import ARTIFACTS_KEY, RUN_OWNER_KEY
 
     owner, base = plugin_of(node.config).run_owner()
     node.workerinput[RUN_OWNER_KEY] = owner

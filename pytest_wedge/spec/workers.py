@@ -157,7 +157,7 @@ def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> Work
         raise ConfigError(
             f"Unknown {role}_worker setting(s): {', '.join(unknown)}",
             facts={"known": ", ".join(sorted(known))},
-            fix="use only the fields of pytest_wedge.topology.workers.WorkerSpec",
+            fix="use only the fields of pytest_wedge.spec.workers.WorkerSpec",
         )
     values = dict(value)
     if "command" in values:

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_wedge.runtime.owners import process_identity, same_process
+from pytest_wedge.runtime.owner_tags import process_identity, same_process
 
 RUN_PREFIX = "run-"
 LATEST = "latest"
@@ -81,7 +81,7 @@ def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> li
 
 def this_process() -> str:
     """The owner token of a run made by this process: ``pid start`` (its start ticks since
-    boot, which no step of the wall clock moves: see ``runtime/owners.py``)."""
+    boot, which no step of the wall clock moves: see ``runtime/owner_tags.py``)."""
     return f"{os.getpid()} {process_identity(os.getpid())}"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.spec.topology import TopologySpec
 
 
 def shape_id(spec: TopologySpec, runtime: str) -> str:

@@ -6,7 +6,7 @@ the topology keeps its connections alive (smg's pool, the load's and the stubs' 
 so those counters alone stay flat for a whole test. The live part comes from the kernel: the
 bytes each open socket that Toxiproxy accepted on a link's listen port has received and had
 acknowledged (``tcp_info``, asked of the kernel over netlink as iproute2's ``ss`` does: see
-``evidence/sockdiag.py``). Closed connections are in Toxiproxy's counters, open ones in the
+``links/sockdiag.py``). Closed connections are in Toxiproxy's counters, open ones in the
 kernel's, so their sum is the link's traffic so far, and two samples give a rate.
 
 Per link and direction: ``upstream`` is what the link's client sent towards the target,
@@ -27,8 +27,8 @@ from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pytest_wedge.evidence.observe import link_bytes
-from pytest_wedge.evidence.sockdiag import SocketCounters, socket_bytes
+from pytest_wedge.evidence.read_public import link_bytes
+from pytest_wedge.links.sockdiag import SocketCounters, socket_bytes
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -76,7 +76,7 @@ class LinkRates:
 def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
     """Bytes received and acknowledged so far on each open socket whose local port is a link's
     listen port (Toxiproxy's accepted side), summed per link: asked of the kernel over netlink
-    (``evidence/sockdiag.py``), else read from ``ss``. Empty when neither answers."""
+    (``links/sockdiag.py``), else read from ``ss``. Empty when neither answers."""
     if not ports:
         return {}
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
@@ -87,7 +87,7 @@ def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
 class OpenSocketBytes:
     """:func:`open_socket_bytes` for a meter that reads the same ports again and again: the
     kernel dumps its connection table only when one may have been accepted since the last
-    read (:class:`~pytest_wedge.evidence.sockdiag.SocketCounters`)."""
+    read (:class:`~pytest_wedge.links.sockdiag.SocketCounters`)."""
 
     def __init__(self, ports: Mapping[int, str]) -> None:
         self.ports = dict(ports)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.topology.spec import TopologySpec
+from pytest_wedge.spec.topology import TopologySpec
 
 _COMPONENT_NAME = re.compile(r"^(router|client|toxiproxy|prefill-\d+|decode-\d+)$")
 

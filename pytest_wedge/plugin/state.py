@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.glue.config import SETTINGS, Resolved, resolve
+from pytest_wedge.plugin.config import SETTINGS, Resolved, resolve
 
 if TYPE_CHECKING:
-    from pytest_wedge.glue.marker import MarkerArgs
     from pytest_wedge.handle import Wedge
+    from pytest_wedge.plugin.marker import MarkerArgs
+    from pytest_wedge.spec.topology import TopologySpec
     from pytest_wedge.topology.session import WedgeSession
-    from pytest_wedge.topology.spec import TopologySpec
     from pytest_wedge.topology.toxiproxy import FoundToxiproxy
 
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
@@ -95,7 +95,7 @@ class WedgePlugin:
         given = getattr(self.config, "workerinput", {})
         if RUN_OWNER_KEY in given:
             return given[RUN_OWNER_KEY], Path(given[ARTIFACTS_KEY])
-        from pytest_wedge.glue.runs import this_process
+        from pytest_wedge.plugin.run_folders import this_process
 
         return this_process(), Path(self.value("wedge_artifacts")).absolute()
 
@@ -103,7 +103,7 @@ class WedgePlugin:
         """This run's artifacts folder (``run-N``), made on first use."""
         if self._run_dir is not None:
             return self._run_dir
-        from pytest_wedge.glue.runs import make_run_dir
+        from pytest_wedge.plugin.run_folders import make_run_dir
 
         owner, base = self.run_owner()
         setting = self.settings["wedge_artifacts"]
@@ -153,7 +153,7 @@ class WedgePlugin:
             session.close()
         self.sessions.clear()
         if not hasattr(self.config, "workerinput"):  # the owner ends the run, not a worker
-            from pytest_wedge.glue.runs import release_run_dir
+            from pytest_wedge.plugin.run_folders import release_run_dir
 
             owner, base = self.run_owner()
             release_run_dir(base, owner)
@@ -192,7 +192,7 @@ def marker_args(
     A mistake fails this one test, at setup, with the plain message and no traceback through
     pytest-wedge; the runtime goes through the same precedence and checks as the option.
     """
-    from pytest_wedge.glue.marker import parse_marker
+    from pytest_wedge.plugin.marker import parse_marker
 
     try:
         parsed = parse_marker(args, kwargs)

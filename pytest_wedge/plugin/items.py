@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.glue.console import bring_up, describe_bring_up
-from pytest_wedge.glue.state import close_handles, open_handle, resolve_from
+from pytest_wedge.plugin.console import bring_up, describe_bring_up
+from pytest_wedge.plugin.state import close_handles, open_handle, resolve_from
 
 if TYPE_CHECKING:
     from pytest_wedge.scenarios.catalog import Scenario
@@ -101,9 +101,9 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
-        from pytest_wedge.glue.state import plugin_of
+        from pytest_wedge.plugin.state import plugin_of
         from pytest_wedge.scenarios.per_router import for_router
-        from pytest_wedge.scenarios.run import run_scenario
+        from pytest_wedge.scenarios.runner import run_scenario
 
         self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime

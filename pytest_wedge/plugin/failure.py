@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_wedge.glue.state import HANDLES_KEY, plugin_of
+from pytest_wedge.plugin.state import HANDLES_KEY, plugin_of
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
@@ -17,7 +17,7 @@ INTERRUPTED_KEY = pytest.StashKey[list[tuple[str, str]]]()
 
 
 def _context(item: pytest.Item, outcome: str, error: BaseException | None) -> dict[str, Any]:
-    from pytest_wedge.glue.report import failure_headline
+    from pytest_wedge.plugin.report import failure_headline
 
     return {"nodeid": item.nodeid, "outcome": outcome, "failure": failure_headline(error)}
 
@@ -35,7 +35,7 @@ def _extra_evidence(item: pytest.Item) -> Any:
 def report_call(item: pytest.Item, report: pytest.TestReport, error: BaseException | None) -> None:
     """A failed call gets the wedge section; a passing one keeps its artifacts under
     ``--wedge-keep``. A report that cannot be made says so and never hides the failure."""
-    from pytest_wedge.glue.report import build_report, keep_artifacts
+    from pytest_wedge.plugin.report import build_report, keep_artifacts
 
     keep = plugin_of(item.config).value("wedge_keep")
     for handle in item.stash.get(HANDLES_KEY, []):
@@ -59,7 +59,7 @@ def report_call(item: pytest.Item, report: pytest.TestReport, error: BaseExcepti
 
 def report_interrupt(item: pytest.Item, error: KeyboardInterrupt) -> None:
     """Ctrl-C during a test: the report is taken now, before teardown reverts the faults."""
-    from pytest_wedge.glue.report import build_report
+    from pytest_wedge.plugin.report import build_report
 
     kept = item.config.stash.setdefault(INTERRUPTED_KEY, [])
     for handle in item.stash.get(HANDLES_KEY, []):

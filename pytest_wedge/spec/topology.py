@@ -19,9 +19,9 @@ from pytest_wedge.routers.kinds import AUTO_PROTOCOL, RouterSpec, resolve_worker
 from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_template
 
 # Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
-from pytest_wedge.topology.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
-from pytest_wedge.topology.component import ComponentSpec as ComponentSpec
-from pytest_wedge.topology.workers import WorkerSpec, check_counts, worker_argv
+from pytest_wedge.spec.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
+from pytest_wedge.spec.component import ComponentSpec as ComponentSpec
+from pytest_wedge.spec.workers import WorkerSpec, check_counts, worker_argv
 
 LOOPBACK = "127.0.0.1"
 STUB_PROTOCOLS = ("sglang", "vllm")  # the stubs' --protocol choices (stubs/config.py)

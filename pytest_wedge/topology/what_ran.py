@@ -1,6 +1,6 @@
 """What each component of a topology is: its kind, binary, version and how it started.
 
-For the session header and every wedge report (``glue/report.py`` calls
+For the session header and every wedge report (``plugin/report.py`` calls
 ``describe_components(topology)``): a verdict about ``--request-timeout-secs`` means one thing
 for smg 1.13 and another for sglang-router 0.3.2, so the report must name which ran.
 """

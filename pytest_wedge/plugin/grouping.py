@@ -5,7 +5,7 @@ worker that runs any test of it. Spread by ``--dist load``, every worker brings 
 (and, past the session's three cached topologies, some of them again). Instead, with ``-n N``:
 
 - each worker tells the controller the shape of every scenario item and every test using the
-  ``wedge`` fixture (:func:`pytest_wedge.topology.shape.shape_id`); a test's own
+  ``wedge`` fixture (:func:`pytest_wedge.spec.shape.shape_id`); a test's own
   ``xdist_group`` mark names its group instead;
 - the controller schedules with :class:`ShapeScheduling`, xdist's ``loadscope`` scheduler with
   the shape as the scope: a shape's tests go to one worker as a whole, so each shape is brought
@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.glue.items import ScenarioItem
-from pytest_wedge.glue.state import plugin_of
+from pytest_wedge.plugin.items import ScenarioItem
+from pytest_wedge.plugin.state import plugin_of
 
 WORKERINPUT_KEY = "wedge_groups_dir"
 GROUPS_DIR_KEY = pytest.StashKey[Path]()
@@ -66,14 +66,14 @@ def item_group(item: pytest.Item) -> str | None:
     ]
     if own:
         return "_".join(sorted(set(own)))
-    from pytest_wedge.topology.shape import shape_id
+    from pytest_wedge.spec.shape import shape_id
 
     default_runtime: str = plugin_of(item.config).value("wedge_runtime")
     if isinstance(item, ScenarioItem):
         return shape_id(item.scenario.spec, item.scenario.runtime or default_runtime)
     if "wedge" not in getattr(item, "fixturenames", ()):
         return None
-    from pytest_wedge.glue.marker import parse_marker
+    from pytest_wedge.plugin.marker import parse_marker
 
     marker = item.get_closest_marker("wedge")
     try:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.glue.state import PLUGIN_KEY
+from pytest_wedge.plugin.state import PLUGIN_KEY
 
 CACHE_KEY = "wedge/binary-versions"
 PROGRESS_AFTER_S = 1.0
@@ -41,7 +41,7 @@ def header_lines(config: pytest.Config) -> list[str]:
             else "smg not found (pip install 'smg>=1.13,<1.14')"
         )
     else:
-        from pytest_wedge.routers.describe import describe_kind
+        from pytest_wedge.topology.what_ran import describe_kind
 
         router = describe_kind(kind)
     lines = [

@@ -1,0 +1,1 @@
+"""Link metering: bytes per second through each Toxiproxy link, for the timeline."""

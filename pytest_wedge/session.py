@@ -1,5 +1,0 @@
-"""Deprecated path: moved to ``pytest_wedge.topology.session``."""
-
-from pytest_wedge._moved import moved
-
-__getattr__ = moved(__name__, "pytest_wedge.topology.session")
