@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios matrix test lint docs bench soak stress docker-up docker-down clean
+.PHONY: install system-deps scenarios matrix test unit lint docs bench soak stress docker-up docker-down clean
 
 # Bytecode for the package too: an editable install leaves none, and where
 # PYTHONDONTWRITEBYTECODE is set every stub fork server and sampler would compile it again.
@@ -55,14 +55,20 @@ test: install system-deps lint
 	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; exit $$rc
 
+# The unit tests alone: no dockerd, no browser, no network service; well under a minute.
+unit: install
+	$(BIN)/python -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
 docker-up:
 	scripts/docker-daemon.sh up
 
 docker-down:
 	scripts/docker-daemon.sh down
 
+# The same checks as .pre-commit-config.yaml.
 lint: install
 	$(BIN)/ruff check pytest_wedge tests bench
+	$(BIN)/ruff format --check pytest_wedge tests bench
 	$(BIN)/mypy
 
 # The reference pages, rendered from the code; tests/unit/test_reference_docs.py fails when the

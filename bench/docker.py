@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -20,6 +23,14 @@ def cold_start_s(runtime: str) -> float:
             return time.monotonic() - started
 
 
+# ensure_image remembers its lookups for the life of a process: the rebuild runs in a new one.
+REBUILD = (
+    "import json; from pytest_wedge.runtime import images; "
+    "from pytest_wedge.runtime.docker import connect; "
+    "info = images.ensure_image(connect()); print(json.dumps([info.seconds, info.size_bytes]))"
+)
+
+
 def main() -> None:
     try:
         client = connect()
@@ -28,10 +39,10 @@ def main() -> None:
         return
     info = images.ensure_image(client)
     client.images.remove(info.tag, force=True)
-    images.forget_lookups()
-    rebuilt = images.ensure_image(client)
-    report("docker_image_build_s", rebuilt.seconds)
-    report("docker_image_mb", rebuilt.size_bytes / 1e6)
+    done = subprocess.run([sys.executable, "-c", REBUILD], capture_output=True, check=True)
+    seconds, size_bytes = json.loads(done.stdout.splitlines()[-1])
+    report("docker_image_build_s", seconds)
+    report("docker_image_mb", size_bytes / 1e6)
     # Side by side in one run, so the ratio survives a noisy machine.
     docker, runs = median_of(lambda: cold_start_s("docker"))
     process, _ = median_of(lambda: cold_start_s("process"))

@@ -1,20 +1,16 @@
-"""Probe overhead: harness throughput with the probe sampling (every 0.1 s, the default) versus
-off, measured side by side on one topology in one run.
+"""Probe overhead: harness throughput with the probe sampling (once a second, the default)
+versus off, measured side by side on one topology in one run.
 
 Each run is a 30-agent x 40-round harness through the router, with a fresh ``Wedge`` (so a
-probe-on run also pays for forking its sampler, which also meters the links; the first probe of
-the process also starts the sampler's zygote, as a user's first test does). Runs alternate on/off
-over ``PAIRS`` pairs, and which of a pair goes first alternates too.
+probe-on run also pays for starting its thread, which also meters the links). Runs alternate
+on/off over ``PAIRS`` pairs, and which of a pair goes first alternates too.
 
 The figure, ``probe_overhead_pct``, is the median over the pairs of each pair's relative drop
-(target <= 2 %). A shared VM's speed drifts by a quarter within tens of seconds (the same CPU
-work takes 7 ms per request in one minute and 12 in the next), far more than the probe costs;
-the two runs of a pair are adjacent in time, so a drift falls on both, and the median sets
-aside the pairs a step in speed cut in two. ``probe_overhead_pct_of_medians`` is the drop of
-the on and off medians, the same figure without pairing, for comparison.
-``probe_overhead_pct_stderr`` is the figure's standard error: the pairs' drops spread by 7-10
-points on this machine (hypervisor steal explains most of a run's speed), so even with 30 pairs
-the median is known to only about 2 points.
+(target <= 2 %). A shared VM's speed drifts by a quarter within tens of seconds, far more than
+the probe costs; the two runs of a pair are adjacent in time, so a drift falls on both, and the
+median sets aside the pairs a step in speed cut in two. ``probe_overhead_pct_of_medians`` is
+the drop of the on and off medians, the same figure without pairing, for comparison.
+``probe_overhead_pct_stderr`` is the figure's standard error.
 
 Because the pairs' spread hides a cost of 1-2 %, the same drop is also measured amplified:
 ``AMPLIFIED`` probes at once (each a full probe, metering the links too) against none, over
@@ -22,12 +18,11 @@ Because the pairs' spread hides a cost of 1-2 %, the same drop is also measured 
 divided by ``AMPLIFIED``: the signal grows with the number of probes while the machine's noise
 does not, so it resolves what one probe costs about four times as finely.
 
-Throughput on a shared machine is noisy, so each run's CPU time is also measured: this process,
-every process under it (stubs, router, Toxiproxy, the zygote and the samplers it reaped) and
-the children this process reaped. ``probe_cpu_s_per_run`` is the difference of the on and off
-medians: what the probe costs in CPU-seconds, whoever pays it. ``probe_own_cpu_s_per_run``
-is the probe's own share, read directly: its sampler's process and its threads in this
-process (the servers' answers to it are in the first figure only).
+Each run's CPU time is also measured: this process, every process under it (stubs, router,
+Toxiproxy) and the children this process reaped. ``probe_cpu_s_per_run`` is the difference of
+the on and off medians: what the probe costs in CPU-seconds, whoever pays it.
+``probe_own_cpu_s_per_run`` is the probe's own share, read directly: its threads and the
+``ss`` runs it reaped (the servers' answers to it are in the first figure only).
 """
 
 from __future__ import annotations
@@ -44,7 +39,8 @@ import psutil
 from bench.common import report
 from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.handle import Wedge
-from pytest_wedge.plugin.config import SETTINGS
+from pytest_wedge.links.rates import LinkMeter
+from pytest_wedge.plugin.settings import SETTINGS
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.topology.session import WedgeSession
 
@@ -78,23 +74,16 @@ def cpu_between(before: dict[int | str, float], after: dict[int | str, float]) -
     return sum(value - before.get(key, 0.0) for key, value in after.items())
 
 
-def probe_own_cpu_s(wedge: Wedge) -> float:
-    """CPU-seconds of the probe's own work so far: its sampler's process (which also meters the
-    links), and the probe's threads in this process (the first-sample thread, about 7 ms, has
-    ended by now and is not counted). Less noisy than a difference of two runs' totals."""
-    pid = wedge.probe.pid if wedge.probe else None
-    total = 0.0
-    if pid is not None:
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system
-    ours = {
-        t.native_id
-        for t in threading.enumerate()
-        if t.name.startswith(("wedge-probe", "wedge-linkmeter"))
-    }
-    return total + sum(
-        t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ours
-    )
+def reaped_cpu_s() -> float:
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return reaped.ru_utime + reaped.ru_stime
+
+
+def probe_threads_cpu_s() -> float:
+    """CPU-seconds so far of the probe's threads in this process (its sampling thread, which
+    also meters the links, and its fetch pool)."""
+    ours = {t.native_id for t in threading.enumerate() if t.name.startswith("wedge-probe")}
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ours)
 
 
 def harness_run(
@@ -105,9 +94,11 @@ def harness_run(
     probe's own CPU-seconds. ``extra_probes``: that many more probes run beside the Wedge's."""
     topology.reset()
     cpu_before = tree_cpu_s()
+    # The children this process reaps during a run are the probe's ss runs.
+    reaped_before = reaped_cpu_s()
     wedge = Wedge(topology, probe_interval_s=probe_interval_s)
     extra = [
-        Probe(topology, interval_s=PROBE_INTERVAL_S, meter_links=True).start()
+        Probe(topology, PROBE_INTERVAL_S, on_sample=LinkMeter(topology).add_sample).start()
         for _ in range(extra_probes)
     ]
     try:
@@ -117,7 +108,7 @@ def harness_run(
             raise RuntimeError("the harness did not finish within 300 s")
         elapsed = time.perf_counter() - started
         ok = wedge.ledger.by_origin("harness").states()["ok"]
-        own_s = probe_own_cpu_s(wedge)
+        own_s = probe_threads_cpu_s() + reaped_cpu_s() - reaped_before
     finally:
         for probe in extra:
             probe.stop()

@@ -1,42 +1,48 @@
-"""The per-test handle onto a running topology: faults, load, ledgers and assertions.
-
-``wedge`` in a test is one of these. It is function-scoped over a session-scoped topology:
-everything it started (loads, faults) is stopped and reverted at the end of the test.
-"""
+"""The per-test handle onto a running topology: faults, load, ledgers and assertions."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.evidence.probe import Probe
-from pytest_wedge.faults.base import Fault, FaultSet
+from pytest_wedge.faults.fault import Fault, FaultSet
 from pytest_wedge.links.rates import LinkMeter
 from pytest_wedge.load import ClientLedger, Harness, StrayRequester, assert_nothing_lost
-from pytest_wedge.load.background import BackgroundLoad
+from pytest_wedge.load.background import BackgroundLoad, ClientKind
 from pytest_wedge.load.executions import Execution, count_executions
 from pytest_wedge.load.executions import assert_executed_once as _assert_executed_once
 from pytest_wedge.metrics_text import metric_value
-from pytest_wedge.stubs.client import StubClient, StubUnavailable
+from pytest_wedge.stubs.control_client import StubClient, StubUnavailable
 from pytest_wedge.topology.running import Topology
 from pytest_wedge.watchdogs.clearing import ClearCheck, expect_cleared
-from pytest_wedge.watchdogs.kinds import Watchdog
 from pytest_wedge.watchdogs.quiet import QuietCheck, expect_quiet
+from pytest_wedge.watchdogs.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from pytest_wedge.diagnostics import Diagnosis, Moment
+    from pytest_wedge.spec.topology import TopologySpec
 
 
 class Wedge:
+    """What a test drives a running topology with: the ``wedge`` fixture is one.
+
+    It applies faults (:meth:`fault`, :meth:`apply`), starts load (:meth:`harness`,
+    :meth:`stray`) into its client ledger, reads the workers' ledgers and metrics, and asks
+    where requests are stuck (:meth:`diagnose`, :meth:`expect_cleared`). It lives for one
+    test over a topology that may serve many: :meth:`close` reverts its faults and stops its
+    loads. A script builds one with ``Wedge(topology)`` over a :class:`Topology`.
+    """
+
     def __init__(
         self,
         topology: Topology,
         artifacts_dir: Path | None = None,
         *,
-        probe_interval_s: float = 0.1,
+        probe_interval_s: float = 1.0,
     ) -> None:
         from pytest_wedge.diagnostics.artifacts import log_offsets
 
@@ -58,12 +64,12 @@ class Wedge:
         self.probe: Probe | None = None
         self.link_meter: LinkMeter | None = None
         if probe_interval_s > 0:
-            self.probe = Probe(topology, interval_s=probe_interval_s, meter_links=True).start()
             # The timeline's link lanes: Toxiproxy's own counters move only when a connection
-            # closes, so the meter adds the open sockets' bytes (links/rates.py). The
-            # probe's sampler meters them when it runs from the start; else a thread here does.
-            source = self.probe.link_series if self.probe.meters_links else None
-            self.link_meter = LinkMeter(topology, source=source).start()
+            # closes, so with each probe sample the meter adds the open sockets' bytes.
+            self.link_meter = LinkMeter(topology)
+            self.probe = Probe(
+                topology, interval_s=probe_interval_s, on_sample=self.link_meter.add_sample
+            ).start()
             self.faults.before_window = self.probe.mark
 
     # -- addresses ---------------------------------------------------------------------------
@@ -73,14 +79,15 @@ class Wedge:
         return self.topology.url
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> TopologySpec:
         return self.topology.spec
 
-    def worker_url(self, name: str) -> str:
-        return self.topology.worker_url(name)
+    def worker_url(self, target: str) -> str:
+        return self.topology.worker_url(target)
 
-    def stub(self, name: str) -> StubClient:
-        return self.topology.stub(name)
+    def stub(self, target: str) -> StubClient:
+        """The control API of the stub worker ``target`` (``prefill-0``, ``decode-1``)."""
+        return self.topology.stub(target)
 
     # -- faults --------------------------------------------------------------------------------
     def apply(self, fault: Fault) -> Fault:
@@ -118,26 +125,102 @@ class Wedge:
             )
 
     # -- load ----------------------------------------------------------------------------------
-    def harness(self, **options: Any) -> Harness:
-        """Start the multi-agent harness against the router (through ``client->router``)."""
-        options.setdefault("ledger", self.ledger)
-        options.setdefault("model", self.spec.stub.model)
-        load = Harness(options.pop("base_url", self.url), **options)
+    def harness(
+        self,
+        *,
+        agents: int = 30,
+        rounds: int = 3,
+        origin: str = "harness",
+        seed: int = 0,
+        max_tokens: int = 16,
+        client_timeout_s: float | None = 30.0,
+        retries: int = 0,
+        max_connections: int | None = None,
+        pool_timeout_s: float | None = None,
+        stream: bool = True,
+        leak_streams: bool = False,
+        think_time_s: float = 0.0,
+        model: str | None = None,
+        max_duration_s: float = 120.0,
+        extra_body: Mapping[str, Any] | None = None,
+        path: str = "/v1/chat/completions",
+        run_id: str | None = None,
+        client: ClientKind = "auto",
+    ) -> Harness:
+        """Start a :class:`~pytest_wedge.load.Harness` against the router, through
+        ``client->router``, into this test's ledger. ``model`` defaults to the stubs' model."""
+        load = Harness(
+            self.url,
+            agents=agents,
+            rounds=rounds,
+            origin=origin,
+            seed=seed,
+            max_tokens=max_tokens,
+            client_timeout_s=client_timeout_s,
+            retries=retries,
+            max_connections=max_connections,
+            pool_timeout_s=pool_timeout_s,
+            stream=stream,
+            leak_streams=leak_streams,
+            think_time_s=think_time_s,
+            model=model or self.spec.stub.model,
+            ledger=self.ledger,
+            max_duration_s=max_duration_s,
+            extra_body=extra_body,
+            path=path,
+            run_id=run_id,
+            client=client,
+        )
         self._loads.append(load)
         return load.start()
 
-    def stray(self, target: str = "decode-0", **options: Any) -> StrayRequester:
-        """Start a stray requester; ``target`` is a worker name (bypassing the router),
-        ``"router"`` (through ``client->router``) or a URL."""
+    def stray(
+        self,
+        target: str = "decode-0",
+        *,
+        rate_per_s: float = 2.0,
+        origin: str = "stray-1",
+        max_tokens: int = 64,
+        max_requests: int = 1000,
+        max_duration_s: float = 120.0,
+        stream: bool = True,
+        seed: int = 0,
+        max_concurrency: int = 64,
+        client_timeout_s: float | None = 30.0,
+        model: str | None = None,
+        path: str = "/v1/chat/completions",
+        extra_body: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        client: ClientKind = "auto",
+    ) -> StrayRequester:
+        """Start a :class:`~pytest_wedge.load.StrayRequester` into this test's ledger.
+
+        ``target`` is a worker (bypassing the router), ``"router"`` (through
+        ``client->router``) or a URL. ``model`` defaults to the stubs' model."""
         if target == "router":
             url = self.url
         elif target.startswith("http"):
             url = target
         else:
             url = self.worker_url(target)
-        options.setdefault("ledger", self.ledger)
-        options.setdefault("model", self.spec.stub.model)
-        load = StrayRequester(url, **options)
+        load = StrayRequester(
+            url,
+            rate_per_s=rate_per_s,
+            origin=origin,
+            max_tokens=max_tokens,
+            max_requests=max_requests,
+            max_duration_s=max_duration_s,
+            stream=stream,
+            ledger=self.ledger,
+            seed=seed,
+            max_concurrency=max_concurrency,
+            client_timeout_s=client_timeout_s,
+            model=model or self.spec.stub.model,
+            path=path,
+            extra_body=extra_body,
+            run_id=run_id,
+            client=client,
+        )
         self._loads.append(load)
         return load.start()
 
@@ -170,15 +253,10 @@ class Wedge:
         _assert_executed_once(executions, origin)
         return executions
 
-    def metric(self, component: str, name: str, **labels: str) -> float:
-        """A metric of a stub (SGLang names) or of the router (``component="router"``).
-
-        Samples whose labels include ``labels`` are summed; an absent metric reads 0.
-        """
-        if component == "router":
-            text = self.topology.router_metrics()
-        else:
-            text = self.stub(component).metrics()
+    def metric(self, target: str, name: str, **labels: str) -> float:
+        """A metric of a stub (SGLang names) or of the router (``target="router"``): the sum
+        of the samples whose labels include ``labels``; an absent metric reads 0."""
+        text = self.topology.router_metrics() if target == "router" else self.stub(target).metrics()
         return metric_value(text, name, **labels)
 
     def assert_nothing_lost(self, origin: str | None = None) -> None:
@@ -247,16 +325,14 @@ class Wedge:
 
     def close(self) -> list[str]:
         """Revert faults, then stop loads; returns revert errors for the report. Raises
-        :class:`~pytest_wedge.evidence.probe.ProbeError` if the probe's sampler died.
+        :class:`~pytest_wedge.evidence.probe.ProbeError` if the probe's sampling died.
 
         Faults go first: a load stopped while a toxic holds its connections leaves Toxiproxy
         tearing them down, and removing a latency toxic then stalled for about 70 s. The probe
-        goes last, so an error of its sampler cannot skip the rest.
+        goes last, so an error of its sampling cannot skip the rest.
         """
         errors = self.faults.revert_all()
         self.stop_loads()
-        if self.link_meter is not None:
-            self.link_meter.stop()
         if self.probe is not None:
             self.probe.stop()
         return errors

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from pytest_wedge.faults.base import FaultSet
-    from pytest_wedge.load.ledger import ClientLedger
+    from pytest_wedge.faults.fault import FaultSet
+    from pytest_wedge.load.client_ledger import ClientLedger
     from pytest_wedge.topology.running import Topology
 
 

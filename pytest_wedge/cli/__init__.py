@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.routers.kinds import BUILT_IN, WORKER_PROTOCOLS
+from pytest_wedge.routers.router_spec import BUILT_IN, WORKER_PROTOCOLS
 
 __all__ = ["build_parser", "main"]
 

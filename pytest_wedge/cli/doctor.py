@@ -20,9 +20,15 @@ from typing import TextIO
 from pytest_wedge.errors import WedgeError
 from pytest_wedge.routers.adapters import adapter
 from pytest_wedge.routers.envs import env_path, ready_env
-from pytest_wedge.routers.kinds import BUILT_IN
-from pytest_wedge.topology.tools import binary_version, package_version, probe_version, smg_path
-from pytest_wedge.topology.toxiproxy import TOXIPROXY_VERSION, locate_toxiproxy
+from pytest_wedge.routers.router_spec import BUILT_IN
+from pytest_wedge.runtime.binaries import (
+    TOXIPROXY_VERSION,
+    binary_version,
+    locate_toxiproxy,
+    package_version,
+    probe_version,
+    smg_path,
+)
 from pytest_wedge.topology.what_ran import env_version
 
 

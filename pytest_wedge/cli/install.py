@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.topology.tools import probe_version
-from pytest_wedge.topology.toxiproxy import BINARY, TOXIPROXY_VERSION
+from pytest_wedge.runtime.binaries import BINARY, TOXIPROXY_VERSION, probe_version
 
 GO_MODULE = "github.com/Shopify/toxiproxy/v2"
 RELEASE_URL = f"https://github.com/Shopify/toxiproxy/releases/download/v{TOXIPROXY_VERSION}"

@@ -13,7 +13,6 @@ from typing import TextIO
 
 from pytest_wedge.reference import render_pages
 
-DEFAULT_OUT = Path("docs") / "reference"
 # `python -m` from the repository root renders that checkout's code, whatever is installed.
 REGENERATE = "python -m pytest_wedge.cli reference (or `make docs`) from the repository root"
 

@@ -17,8 +17,8 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.runtime.binaries import locate_toxiproxy
 from pytest_wedge.spec.marker_args import wedge
-from pytest_wedge.topology.toxiproxy import locate_toxiproxy
 from pytest_wedge.topology.what_ran import ComponentDescription, describe_components, not_proxied
 
 

@@ -1,32 +1,23 @@
-"""Artifacts of one diagnosis: JSON, ledgers, stacks, component logs and the HTML timeline.
-
-Layout of ``directory``::
-
-    diagnosis.json        location, evidence, stuck, red_herrings, watchdogs, fault windows,
-                          and (from a test) the node id, outcome, failure and the moment
-    snapshot.json         the full evidence the locator ran on (re-run it offline)
-    ledgers/client.json   the client ledger (pytest-wedge/client-ledger format)
-    ledgers/<name>.json   each worker's ledger entries
-    stacks.txt            only when stacks were taken
-    logs/<name>.log       each component's log from the test's start (its own window)
-    timeline.html         self-contained timeline
-    timeline.trace.json   the same as Chrome trace events (Perfetto, chrome://tracing)
-"""
+"""Artifacts of one diagnosis: ``diagnosis.json`` (with the test's context), ``snapshot.json``
+(re-run either locator offline), ``ledgers/`` (client and workers), ``stacks.txt``, ``logs/``
+(each component's log from the test's start) and the timeline (``timeline.html``,
+``timeline.trace.json``)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
-from pytest_wedge.diagnostics.timeline import Mark, fault_dict, write_timeline
+from pytest_wedge.diagnostics.timeline import Mark, write_timeline
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.stacks import render_stacks
+from pytest_wedge.evidence.truth import FaultRecord, FaultWindow, window_record
 from pytest_wedge.links.rates import LinkRates
-from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION
+from pytest_wedge.load.client_ledger import LEDGER_FORMAT, LEDGER_VERSION
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -68,8 +59,8 @@ def write_artifacts(
     diagnosis: Diagnosis,
     snapshot: Snapshot,
     samples: Sequence[Snapshot] = (),
-    fault_windows: Iterable[Any] = (),
-    watchdogs: Sequence[dict[str, Any]] = (),
+    fault_windows: Iterable[FaultWindow | FaultRecord] = (),
+    watchdogs: Sequence[Mapping[str, object]] = (),
     *,
     stacks: dict[str, str] | None = None,
     link_rates: LinkRates | None = None,
@@ -77,18 +68,13 @@ def write_artifacts(
     failure: str | None = None,
     marks: Iterable[Mark] = (),
     log_offsets: dict[str, int] | None = None,
-    context: dict[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
 ) -> Path:
-    """Write every artifact under ``directory`` (created); returns the directory.
-
-    ``log_offsets`` cut each log to the test's window; ``context`` (the test's node id,
-    outcome, failure headline and the moment shown) goes into ``diagnosis.json``. The
-    ``link_rates``, ``title``, ``failure`` and ``marks`` keywords go to the timeline (see
-    :func:`~pytest_wedge.diagnostics.timeline.write_timeline`).
-    """
+    """Write every artifact under ``directory``; ``log_offsets`` cut each log to the test's
+    window, ``context`` goes into ``diagnosis.json``, the other keywords to the timeline."""
     out = Path(directory)
     (out / "ledgers").mkdir(parents=True, exist_ok=True)
-    faults = [fault_dict(w) for w in fault_windows]
+    faults = [window_record(w) for w in fault_windows]
     summary = diagnosis.to_dict()
     summary["watchdogs"] = [*diagnosis.watchdogs, *watchdogs]
     summary["faults"] = faults

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
+
+from pytest_wedge.evidence.observed import known_fields, read_document
 
 DIAGNOSIS_FORMAT = "pytest-wedge/diagnosis"
 LOCATIONS_DOC = (
@@ -14,6 +18,56 @@ LOCATIONS_DOC = (
 # certain: direct observation decided it; likely: inference by elimination; unknown: the best
 # guess, with no evidence to back it. "certain and wrong" is the defect the bench counts.
 CONFIDENCES = ("certain", "likely", "unknown")
+
+
+def hop_order(prefill: list[str], decode: list[str]) -> list[str]:
+    """Every hop in the order a request meets it: upstream first (ties go there)."""
+    hops = ["client", "client->router", "router"]
+    hops += [h for p in prefill for h in (f"router->{p}", p)]
+    hops += [f"{d}->{p}" for d in decode for p in prefill]
+    hops += [h for d in decode for h in (f"router->{d}", d)]
+    return hops
+
+
+def place(
+    held: Iterable[tuple[str, str]], origin: str, prefill: list[str], decode: list[str]
+) -> tuple[str, dict[str, dict[str, int]]]:
+    """From (hop, origin) per wedged request: the hop holding most of ``origin``'s (ties go
+    upstream; ``none`` without any), and {hop: {origin: n}} in hop order."""
+    order = {hop: i for i, hop in enumerate(hop_order(prefill, decode))}
+
+    def rank(hop: str) -> int:
+        return order.get(hop, len(order))
+
+    stuck: dict[str, dict[str, int]] = {}
+    counts: Counter[str] = Counter()
+    for hop, who in held:
+        by_origin = stuck.setdefault(hop, {})
+        by_origin[who] = by_origin.get(who, 0) + 1
+        counts[hop] += who == origin
+    location = min(
+        (h for h in counts if counts[h]), key=lambda h: (-counts[h], rank(h)), default="none"
+    )
+    return location, dict(sorted(stuck.items(), key=lambda kv: rank(kv[0])))
+
+
+class WatchdogFiring(TypedDict, total=False):
+    """An engine watchdog's firing, with the component it fired on."""
+
+    component: str
+    watchdog: str
+    at: float
+    request_id: str
+    room: int | None
+
+
+class OracleAnswer(TypedDict):
+    """The oracle's answer, kept beside the blind one when the two disagree."""
+
+    location: str
+    headline: str
+    stuck: dict[str, dict[str, int]]
+    evidence: list[str]
 
 
 @dataclass
@@ -27,20 +81,15 @@ class RequestDetail:
     note: str = ""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RequestDetail:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestDetail:
+        return cls(**known_fields(cls, data))
 
 
 @dataclass
 class Diagnosis:
-    """``location`` is one hop (see :data:`LOCATIONS_DOC`); ``stuck`` is {hop: {origin: n}}.
-
-    ``locator`` says who answered: ``blind`` (from what an operator observes) or ``oracle``
-    (the ledger walk over ground truth). ``confidence`` is one of :data:`CONFIDENCES`;
-    ``decided_by`` holds the evidence lines that decided the location and ``ruled_out`` the
-    competing hypotheses with why. ``oracle`` holds the oracle's answer when it disagrees.
-    """
+    """``location`` is one hop (see :data:`LOCATIONS_DOC`); ``stuck`` is {hop: {origin: n}};
+    ``locator`` is ``blind`` or ``oracle``; ``decided_by`` holds the lines that decided the
+    location and ``ruled_out`` the competing hypotheses with why."""
 
     location: str
     origin: str
@@ -52,38 +101,34 @@ class Diagnosis:
     total: int = 0
     taken_at: float = 0.0
     overdue_after_s: float = 1.0
-    watchdogs: list[dict[str, Any]] = field(default_factory=list)
+    watchdogs: list[WatchdogFiring] = field(default_factory=list)
     unanswered: dict[str, str] = field(default_factory=dict)
     confidence: str = "certain"
     decided_by: list[str] = field(default_factory=list)
     ruled_out: list[str] = field(default_factory=list)
     locator: str = "oracle"
     window_start: float | None = None
-    oracle: dict[str, Any] | None = None
+    oracle: OracleAnswer | None = None
 
     @property
     def healthy(self) -> bool:
         return self.location == "none"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"format": DIAGNOSIS_FORMAT, **asdict(self)}
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
+    def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
+        kwargs = known_fields(cls, data)
         kwargs["requests"] = [RequestDetail.from_dict(r) for r in data.get("requests", [])]
         return cls(**kwargs)
 
     @classmethod
     def from_json(cls, text: str) -> Diagnosis:
-        data = json.loads(text)
-        if data.get("format") != DIAGNOSIS_FORMAT:
-            raise ValueError(f"not a {DIAGNOSIS_FORMAT} document (format={data.get('format')!r})")
-        return cls.from_dict(data)
+        return cls.from_dict(read_document(text, DIAGNOSIS_FORMAT))
 
     def headline(self) -> str:
         if self.healthy:
@@ -98,7 +143,7 @@ class Diagnosis:
         )
 
     def disagrees(self) -> bool:
-        return self.oracle is not None and self.oracle.get("location") != self.location
+        return self.oracle is not None and self.oracle["location"] != self.location
 
     def render(self, *, max_requests: int = 10) -> str:
         """Text for the terminal and the report section."""
@@ -113,7 +158,7 @@ class Diagnosis:
             assert self.oracle is not None
             lines.append(
                 f"the oracle (ground truth: stub ledgers, faults) says "
-                f"{self.oracle.get('location')}: {self.oracle.get('headline', '')}"
+                f"{self.oracle['location']}: {self.oracle['headline']}"
             )
         if self.evidence:
             lines.append("evidence:")

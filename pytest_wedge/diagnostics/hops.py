@@ -1,27 +1,22 @@
-"""Where one request is held: the hop-by-hop walk of design.md step 5, as pure functions.
+"""Where one request is held: the oracle's hop-by-hop walk over the ledgers, as pure functions.
 
 A request's path is client -> client->router -> router -> (router->prefill-i -> prefill-i,
 router->decode-j -> decode-j) -> decode-j->prefill-i (KV) -> decode-j -> back to the client.
 The worker ledgers say how far it got; the client ledger says whether it left the client and
-what came back. Links and processes only break ties the ledgers cannot (a request no worker
-saw is held either by the client->router link or by the router).
+what came back. Links and processes only break ties the ledgers cannot.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
+from pytest_wedge.diagnostics.blind.clientside import CONNECT_ERRORS, FAILED
+from pytest_wedge.diagnostics.diagnosis import hop_order
+from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.evidence.truth import LedgerEntry, LinkState
 
-Entry = dict[str, Any]
-CONNECT_ERRORS = (
-    "ConnectError",
-    "onnection refused",
-    "All connection attempts failed",
-    "ConnectTimeout",
-)
 # The client's connection to the router broke (as opposed to an HTTP answer or a deadline).
 BROKEN_CONNECTION = (
     *CONNECT_ERRORS,
@@ -31,7 +26,9 @@ BROKEN_CONNECTION = (
     "Server disconnected",
     "onnection reset",
 )
-FAILED = frozenset({"error", "timeout", "unknown"})
+# smg's answer when every worker's breaker is open or unhealthy
+# (docs/router-protocol.md, "503 no_available_workers").
+REFUSED = "no_available_workers"
 RESTART_SLACK_S = 2.0  # a component this fresh was still starting when the request came
 
 
@@ -40,20 +37,28 @@ class Seen:
     """A worker ledger entry with the worker that wrote it."""
 
     component: str
-    entry: Entry
+    entry: LedgerEntry
 
     @property
     def state(self) -> str:
-        return str(self.entry.get("state", "?"))
+        return self.entry.get("state", "?")
 
     @property
     def t(self) -> dict[str, float]:
-        stamps: dict[str, float] = self.entry.get("t") or {}
-        return stamps
+        return self.entry.get("t") or {}
 
     @property
     def tokens(self) -> int:
         return int(self.entry.get("tokens") or 0)
+
+    @property
+    def room(self) -> int | None:
+        return self.entry.get("room")
+
+    @property
+    def fetch_failed(self) -> bool:
+        """A decode that started fetching its KV and failed without it."""
+        return self.state == "error" and "transfer_start" in self.t and "kv_received" not in self.t
 
 
 @dataclass(frozen=True)
@@ -63,34 +68,22 @@ class Hold:
     note: str
 
 
-def hop_order(snapshot: Snapshot) -> list[str]:
-    """Every hop in the order a request meets it: upstream first (used to break ties)."""
-    hops = ["client", "client->router", "router"]
-    hops += [h for p in snapshot.prefill for h in (f"router->{p}", p)]
-    hops += [f"{d}->{p}" for d in snapshot.decode for p in snapshot.prefill]
-    hops += [h for d in snapshot.decode for h in (f"router->{d}", d)]
-    return hops
-
-
-def as_of(entry: Entry, at: float) -> Entry | None:
+def as_of(entry: LedgerEntry, at: float) -> LedgerEntry | None:
     """A worker ledger entry as it was at ``at``: None if it had not arrived yet; without
     the stamps of later steps, and not yet ended if it ended later."""
-    stamps: dict[str, float] = entry.get("t") or {}
+    stamps = entry.get("t") or {}
     if stamps.get("arrived", 0.0) > at:
         return None
     if all(v <= at for v in stamps.values()):
         return entry
     earlier = {k: v for k, v in stamps.items() if v <= at}
-    state = "live" if "finished" not in earlier else entry.get("state")
-    return {
-        **entry,
-        "t": earlier,
-        "state": state,
-        "error": entry.get("error") if state == entry.get("state") else None,
-    }
+    state = "live" if "finished" not in earlier else entry.get("state", "?")
+    error = entry.get("error") if state == entry.get("state") else None
+    then: LedgerEntry = {**entry, "t": earlier, "state": state, "error": error}
+    return then
 
 
-def describe_link(info: dict[str, Any]) -> str | None:
+def describe_link(info: LinkState) -> str | None:
     """What is wrong with a link, or None when it is enabled and has no toxic."""
     parts = [] if info.get("enabled", True) else ["disabled (down)"]
     for toxic in info.get("toxics") or []:
@@ -107,9 +100,8 @@ class Context:
         self.since = since
         # The client's view was copied first and the worker ledgers are read last (under
         # load, a good while later): the walk reads them as they were at the client's moment.
-        self.client_at = (
-            snapshot.observed.client_now if snapshot.observed is not None else snapshot.taken_at
-        )
+        obs = snapshot.observed
+        self.client_at = obs.client_now if obs is not None else snapshot.taken_at
         self.prefill: dict[str, list[Seen]] = {}
         self.decode: dict[str, list[Seen]] = {}
         for component, entries in snapshot.ledgers.items():
@@ -117,7 +109,7 @@ class Context:
             for entry in entries:
                 seen = as_of(entry, self.client_at)
                 if seen is not None:
-                    index.setdefault(str(entry.get("request_id")), []).append(Seen(component, seen))
+                    index.setdefault(entry.get("request_id", ""), []).append(Seen(component, seen))
         self.link_faults = {
             name: why
             for name, info in snapshot.links.items()
@@ -126,10 +118,9 @@ class Context:
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
         self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
         self.router_silent = "router metrics" in snapshot.unanswered
-        started = snapshot.observed.started if snapshot.observed is not None else {}
-        self.started: dict[str, float] = dict(started)
+        self.started: dict[str, float] = dict(obs.started) if obs is not None else {}
 
-    def restarted(self, record: dict[str, Any], names: list[str]) -> str | None:
+    def restarted(self, record: ClientRecord, names: list[str]) -> str | None:
         """The first of ``names`` whose process started after ``record`` was sent, or so
         shortly before it that it was still coming up: its ledger (and the request with it)
         is gone, or it was not ready to take it."""
@@ -137,29 +128,41 @@ class Context:
         after = self.since if self.since is not None else sent - RESTART_SLACK_S
         return next((n for n in names if self.started.get(n, 0.0) > after), None)
 
-    def latest(self, index: dict[str, list[Seen]], request_id: str) -> Seen | None:
-        # smg retries send the same request id with a new room: the last attempt is the live one.
-        seen = index.get(request_id)
-        return max(seen, key=lambda s: s.t.get("arrived", 0.0)) if seen else None
+    def attempt(self, request_id: str) -> tuple[Seen | None, Seen | None]:
+        """The live attempt's decode and prefill entries. smg retries send the same request
+        id with a new room: the last decode attempt is the live one, and its prefill leg is
+        the one with the same room."""
+        d = _latest(self.decode.get(request_id))
+        if d is None or d.room is None:
+            return d, _latest(self.prefill.get(request_id))
+        legs = self.prefill.get(request_id, [])
+        return d, next((s for s in legs if s.room == d.room), None)
+
+    def refused_fetch(self, d: Seen, p: Seen | None, record: ClientRecord) -> bool:
+        """``d`` failed to fetch its KV from ``p`` over a link that shows no fault, from a
+        prefill that runs and did not restart: the prefill's bootstrap server refused it."""
+        return (
+            p is not None
+            and d.fetch_failed
+            and f"{d.component}->{p.component}" not in self.link_faults
+            and p.component not in self.not_running
+            and self.restarted(record, [p.component]) is None
+        )
 
     def _culprits(self, request_id: str) -> list[str]:
         """The workers that failed attempts of ``request_id`` and still have an engine fault."""
         found = []
+        legs = self.prefill.get(request_id, [])
         for seen in self.decode.get(request_id, []):
             if seen.state != "error":
                 continue
-            culprit = seen.component
-            if "prefill answered" in str(seen.entry.get("error") or ""):
-                culprit = next(
-                    (
-                        p.component
-                        for p in self.prefill.get(request_id, [])
-                        if p.entry.get("room") == seen.entry.get("room")
-                    ),
-                    culprit,
-                )
-            found.append(culprit)
-        found += [p.component for p in self.prefill.get(request_id, []) if p.state == "error"]
+            leg = next((p for p in legs if p.room == seen.room), None)
+            link = f"{seen.component}->{leg.component}" if leg is not None else ""
+            if leg is not None and seen.fetch_failed and link not in self.link_faults:
+                found.append(leg.component)  # its bootstrap server refused the KV fetch
+            else:
+                found.append(seen.component)
+        found += [p.component for p in legs if p.state == "error"]
         return [c for c in found if self.snapshot.stub_states.get(c, {}).get("faults")]
 
     def still_failing(self, request_id: str) -> str | None:
@@ -177,9 +180,6 @@ class Context:
                 failed_at.update(self._culprits(request))
         return failed_at.most_common(1)[0][0] if failed_at else None
 
-    def router_stopped(self) -> bool:
-        return "router" in self.not_running
-
     def suspect(self, candidates: list[str]) -> str | None:
         """The first candidate hop with observable trouble: a faulty link, a stopped or
         silent component."""
@@ -187,6 +187,13 @@ class Context:
             if hop in self.link_faults or hop in self.not_running or hop in self.silent:
                 return hop
         return None
+
+    def on_the_way_back(self, decode: str) -> str | None:
+        return self.suspect([f"router->{decode}", "router", "client->router"])
+
+
+def _latest(seen: list[Seen] | None) -> Seen | None:
+    return max(seen, key=lambda s: s.t.get("arrived", 0.0)) if seen else None
 
 
 def _prefill_stage(seen: Seen) -> str:
@@ -206,7 +213,7 @@ def _decode_stage(seen: Seen) -> str:
         return f"streaming ({seen.tokens} tokens)"
     if "running" in t:
         return "running (no token)"
-    if "kv_received" in t or seen.entry.get("room") is None:
+    if "kv_received" in t or seen.room is None:
         return "queued"
     return "waiting for KV"
 
@@ -227,7 +234,7 @@ def _back_to_client(ctx: Context, decode: str, prefill: str | None) -> Hold:
     )
 
 
-def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
+def _no_worker(ctx: Context, record: ClientRecord) -> Hold:
     """Sent, and no worker has it: the client->router link or the router holds it."""
     router_links = [f"router->{w}" for w in ctx.snapshot.workers]
     hop = ctx.suspect(["client->router", "router"])
@@ -246,107 +253,113 @@ def _no_worker(ctx: Context, record: dict[str, Any]) -> Hold:
     return Hold("client->router (sent)", hop, what)
 
 
-def classify(ctx: Context, record: dict[str, Any]) -> Hold:
-    """The furthest hop ``record`` reached and the hop that holds it."""
-    request_id = str(record.get("request_id"))
-    error = str(record.get("error") or "")
-    failed = record.get("state") in FAILED
-    if record.get("sent") is None:
-        if failed and any(c in error for c in CONNECT_ERRORS):
-            return Hold("client", "client->router", f"could not connect: {error[:80]}")
-        return Hold("client", "client", "never left the client (waiting for a connection)")
-    if failed and not error.startswith("HTTP ") and any(c in error for c in BROKEN_CONNECTION):
+def _failed_at_the_front(ctx: Context, record: ClientRecord, error: str) -> Hold | None:
+    """A failure the client's connection or the router's refusal explains."""
+    status = record.get("status")
+    if (status is None or status < 400) and any(c in error for c in BROKEN_CONNECTION):
         # The worker ledgers only show where the request was when its connection was cut
         # (the router then aborts both legs); the cut itself is the client<->router hop's.
         cut = ctx.restarted(record, ["router"]) or ctx.suspect(["client->router", "router"])
         if cut is None:
             cut = "router" if ctx.router_silent else "client->router"
         return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")
-    if failed and "no_available_workers" in error:
+    if REFUSED in error:
         # The last attempt never left the router: it refused (breakers open or workers marked
         # unhealthy). Earlier attempts in the ledgers say why the breakers opened: the router
         # holds it unless what failed them is failing still.
-        hop = ctx.suspect(hop_order(ctx.snapshot)[3:]) or ctx.still_failing(request_id) or "router"
+        snap = ctx.snapshot
+        after_router = hop_order(snap.prefill, snap.decode)[3:]
+        request_id = record.get("request_id", "")
+        hop = ctx.suspect(after_router) or ctx.still_failing(request_id) or "router"
         return Hold("router (refused)", hop, f"the router refused it: {error[:60]}")
-    d = ctx.latest(ctx.decode, request_id)
-    p = ctx.latest(ctx.prefill, request_id)
-    if d is not None and d.entry.get("room") is not None:
-        # The prefill leg of the decode's own attempt (same room), not an earlier attempt's.
-        p = next(
-            (
-                s
-                for s in ctx.prefill.get(request_id, [])
-                if s.entry.get("room") == d.entry.get("room")
-            ),
-            None,
-        )
-    if p is None and d is None:
-        return _no_worker(ctx, record)
-    if d is None:
-        assert p is not None
-        stage = _prefill_stage(p)
-        if stage in ("queued", "prefilling") and p.state not in ("ok",):
-            return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
-        decodes = ctx.snapshot.decode
-        lost = (
-            ctx.restarted(record, decodes)
-            or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)])
+    return None
+
+
+def _prefill_only(ctx: Context, record: ClientRecord, p: Seen) -> Hold:
+    stage = _prefill_stage(p)
+    if stage in ("queued", "prefilling") and p.state != "ok":
+        return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
+    decodes = ctx.snapshot.decode
+    lost = (
+        ctx.restarted(record, decodes)
+        or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)])
+        or "router"
+    )
+    return Hold(
+        f"{p.component} ({stage})",
+        lost,
+        f"{p.component} has the KV ({p.state}); no decode ledger has the request",
+    )
+
+
+def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None) -> Hold:
+    where = f"{d.component} (waiting for KV)"
+    if p is None:
+        prefills = ctx.snapshot.prefill
+        gap = (
+            ctx.restarted(record, prefills)
+            or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
             or "router"
         )
+        return Hold(where, gap, f"{d.component} waits for KV; no prefill ledger has the request")
+    pstage = _prefill_stage(p)
+    link = f"{d.component}->{p.component}"
+    if d.state == "aborted":  # its own request was cut: by whatever is on the way back
+        back = ctx.on_the_way_back(d.component)
+        if back is not None:
+            return Hold(where, back, f"{d.component}'s request was cut; {back} shows trouble")
+    if d.state == "error":  # the decode gave up on the transfer: it failed on the link
+        why = str(d.entry.get("error"))[:60]
+        return Hold(where, link, f"{d.component} failed the KV transfer: {why}")
+    if pstage in ("queued", "prefilling"):
         return Hold(
-            f"{p.component} ({stage})",
-            lost,
-            f"{p.component} has the KV ({p.state}); no decode ledger has the request",
+            f"{p.component} ({pstage})",
+            p.component,
+            f"{p.component}: {pstage}; {d.component} waits for its KV",
         )
+    return Hold(
+        where, link, f"{p.component} KV {pstage} ({p.state}); {d.component} still waits for it"
+    )
+
+
+def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, failed: bool) -> Hold:
     stage = _decode_stage(d)
     where = f"{d.component} ({stage})"
-    if d.state == "error" and "prefill answered" in str(d.entry.get("error") or "") and p:
+    if p is not None and ctx.refused_fetch(d, p, record):
         return Hold(where, p.component, f"{p.component}'s bootstrap server refused the KV fetch")
     if stage == "waiting for KV":
-        if p is None:
-            prefills = ctx.snapshot.prefill
-            gap = (
-                ctx.restarted(record, prefills)
-                or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
-                or "router"
-            )
-            return Hold(
-                where, gap, f"{d.component} waits for KV; no prefill ledger has the request"
-            )
-        pstage = _prefill_stage(p)
-        link = f"{d.component}->{p.component}"
-        if d.state == "aborted":  # its own request was cut: by whatever is on the way back
-            back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
-            if back is not None:
-                return Hold(where, back, f"{d.component}'s request was cut; {back} shows trouble")
-        if d.state == "error":  # the decode gave up on the transfer: it failed on the link
-            return Hold(
-                where,
-                link,
-                f"{d.component} failed the KV transfer: {str(d.entry.get('error'))[:60]}",
-            )
-        if pstage in ("queued", "prefilling"):
-            return Hold(
-                f"{p.component} ({pstage})",
-                p.component,
-                f"{p.component}: {pstage}; {d.component} waits for its KV",
-            )
-        return Hold(
-            where, link, f"{p.component} KV {pstage} ({p.state}); {d.component} still waits for it"
-        )
+        return _waiting_for_kv(ctx, record, d, p)
     if stage == "ok":
         return _back_to_client(ctx, d.component, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
     if d.tokens > client_tokens + 1 and record.get("state") == "pending":
         # The decode produced more than the client got: the bytes are stuck on the way back.
-        back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
+        back = ctx.on_the_way_back(d.component)
         if back is not None:
             return Hold(
                 where, back, f"{d.component} sent {d.tokens} tokens, client got {client_tokens}"
             )
     if d.state in ("ok", "aborted", "error", "released") or failed:
         # The decode let go of it (or the client did); what holds it is on the way back.
-        back = ctx.suspect([f"router->{d.component}", "router", "client->router"])
+        back = ctx.on_the_way_back(d.component)
         if back is not None:
             return Hold(where, back, f"{d.component} ended it ({d.state}); {back} shows trouble")
     return Hold(where, d.component, f"{d.component}: {stage}, state {d.state}")
+
+
+def classify(ctx: Context, record: ClientRecord) -> Hold:
+    """The furthest hop ``record`` reached and the hop that holds it."""
+    error = record.get("error") or ""
+    failed = record.get("state") in FAILED
+    if record.get("sent") is None:
+        if failed and any(c in error for c in CONNECT_ERRORS):
+            return Hold("client", "client->router", f"could not connect: {error[:80]}")
+        return Hold("client", "client", "never left the client (waiting for a connection)")
+    if failed and (hold := _failed_at_the_front(ctx, record, error)) is not None:
+        return hold
+    d, p = ctx.attempt(record.get("request_id", ""))
+    if d is not None:
+        return _at_decode(ctx, record, d, p, failed)
+    if p is not None:
+        return _prefill_only(ctx, record, p)
+    return _no_worker(ctx, record)

@@ -1,24 +1,17 @@
-"""The evidence at one moment of a test: which faults were active, what state each component
-was in, the snapshot and the diagnosis made on it.
-
-A failure report must describe the moment the test failed, not the moment the report is
-written: by then a ``with wedge.fault(...)`` block has reverted its fault, and a watchdog may
-have cleared the wedge. So the handle takes a :class:`Moment` when an exception leaves a fault
-block, and keeps the test's last ``diagnose()`` as one; the report says which one it shows.
-"""
+"""The evidence at one moment of a test (active faults, component states, snapshot, diagnosis),
+taken before a fault block reverts its fault or a watchdog clears the wedge."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
 from pytest_wedge.evidence.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from pytest_wedge.faults.base import Fault, FaultSet
-    from pytest_wedge.load.ledger import ClientLedger
-    from pytest_wedge.topology.running import Topology
+    from pytest_wedge.faults.fault import Fault, FaultSet
+    from pytest_wedge.load.client_ledger import ClientLedger
 
 
 def fault_label(fault: Fault) -> str:
@@ -27,14 +20,12 @@ def fault_label(fault: Fault) -> str:
 
 
 def active_fault_labels(faults: FaultSet) -> list[str]:
-    """The faults active now, read from the windows: unlike ``FaultSet.active_faults`` this
-    never raises a pending ``ScheduledFaultError`` (the report lists those separately)."""
+    """The faults active now; unlike ``FaultSet.active_faults``, never raises."""
     return [fault_label(w.fault) for w in list(faults.windows) if w.ended is None]
 
 
 def current_window_start(faults: FaultSet) -> float | None:
-    """The start of the latest fault window: requests that failed before it must not outvote
-    the ones stuck now."""
+    """The start of the latest fault window."""
     return max((w.started for w in list(faults.windows)), default=None)
 
 
@@ -80,7 +71,7 @@ class Moment:
             error = error.__cause__ or error.__context__
         return False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "label": self.label,
             "described": self.describe(),
@@ -91,14 +82,3 @@ class Moment:
             "location": self.diagnosis.location,
             "headline": self.diagnosis.headline(),
         }
-
-
-def component_states(topology: Topology) -> dict[str, str]:
-    """Each component's state by its runtime; one that cannot be read says why."""
-    states = {}
-    for name in topology.components:
-        try:
-            states[name] = str(topology.runtime.state(name))
-        except Exception as exc:  # a report names what it cannot read
-            states[name] = f"unknown ({type(exc).__name__})"
-    return states

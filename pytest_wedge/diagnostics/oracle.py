@@ -1,28 +1,16 @@
-"""The oracle: which hop holds the overdue requests of one origin, read from the ground truth
-(stub ledgers, toxic configurations, the runtime's view). Pure: snapshot in, answer out.
-
-It scores the blind locator (:mod:`pytest_wedge.diagnostics.blind`), which reads only what an
-operator observes. Rules, in order (see hops.py for the per-request walk):
-- The origin's *wedged* requests are those pending for longer than ``overdue_after_s`` since
-  they were sent, and those that ended in error, timeout or unknown within the last
-  ``window_s`` and after ``since`` (a link that is down fails requests fast; they are wedged
-  all the same); without ``since``, failures that ended before the oldest request stuck now
-  was sent belong to an earlier window. A request that was never sent counts only when its
-  load's connection pool is exhausted: otherwise it is merely not sent yet.
-- Each wedged request is walked hop by hop over the joined client and worker ledgers; the
-  location is the hop holding most of them (ties go to the upstream hop).
-- Activity is attributed to origins, never read in aggregate: tokens and active requests of
-  any other origin are reported as red herrings, not as progress.
-"""
+"""The oracle: which hop holds one origin's wedged requests, from the ground truth (stub
+ledgers, toxics, the runtime's view). It scores the blind locator. The wedged requests are the
+client's, read as the blind locator reads them; each is walked hop by hop over the ledgers
+(hops.py). Other origins' tokens and requests are red herrings."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from pytest_wedge.diagnostics.blind.clientside import wedged
-from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
-from pytest_wedge.diagnostics.hops import Context, Hold, classify, hop_order
+from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail, WatchdogFiring, place
+from pytest_wedge.diagnostics.hops import Context, Hold, classify
+from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import Snapshot
 
 MAX_DETAILS = 500
@@ -36,30 +24,28 @@ WHY_NOT_RUNNING = {
 
 def wedged_records(
     snapshot: Snapshot, overdue_after_s: float, window_s: float, since: float | None = None
-) -> list[dict[str, Any]]:
-    """The client ledger's wedged requests, read as the blind locator reads them (the client
-    is ours: both locators see the same client; they differ on the servers)."""
+) -> list[ClientRecord]:
+    """The client ledger's wedged requests: both locators see the same client."""
     now = snapshot.observed.client_now if snapshot.observed is not None else snapshot.taken_at
     return wedged(snapshot.client, now, overdue_after_s, window_s, since).wedged
 
 
 def origin_rates(snapshot: Snapshot, component: str, window_s: float = 0.5) -> dict[str, float]:
-    """Tokens per second by origin: from two samples of the cumulative counters when they are
-    far enough apart, else estimated from the ledger entries over the last ``window_s``. Two
-    states that say when the stub took them (``at``) are timed by that: a streamed state can be
-    an interval older than the sample that carries it."""
+    """Tokens per second by origin: from two samples of the stub's cumulative counters (timed
+    by their own ``at`` when they have it) when far enough apart, else from the ledger entries
+    over the last ``window_s``."""
     state_after = snapshot.stub_states.get(component, {})
     state_before = snapshot.stub_states_before.get(component, {})
     after, before = state_after.get("tokens_by_origin"), state_before.get("tokens_by_origin")
     at_after, at_before = state_after.get("at"), state_before.get("at")
-    if isinstance(at_after, int | float) and isinstance(at_before, int | float):
+    if at_after is not None and at_before is not None:
         dt = at_after - at_before
     else:
         dt = snapshot.taken_at - (snapshot.before_at or snapshot.taken_at)
     if after is not None and before is not None and dt >= MIN_RATE_WINDOW_S:
         return {o: max(0.0, (n - before.get(o, 0)) / dt) for o, n in after.items()}
     now, start = snapshot.taken_at, snapshot.taken_at - window_s
-    rates: Counter[str] = Counter()
+    rates: dict[str, float] = {}
     for e in snapshot.ledgers.get(component, []):
         t, tokens = e.get("t") or {}, int(e.get("tokens") or 0)
         first = t.get("first_token")
@@ -68,8 +54,9 @@ def origin_rates(snapshot: Snapshot, component: str, window_s: float = 0.5) -> d
         end = t.get("finished", now)
         per_s = tokens / max(end - first, 1e-3)
         overlap = max(0.0, min(end, now) - max(first, start))
-        rates[str(e.get("origin"))] += per_s * overlap / window_s
-    return dict(rates)
+        origin = e.get("origin", "?")
+        rates[origin] = rates.get(origin, 0.0) + per_s * overlap / window_s
+    return rates
 
 
 def red_herrings(snapshot: Snapshot, origin: str) -> list[str]:
@@ -77,7 +64,7 @@ def red_herrings(snapshot: Snapshot, origin: str) -> list[str]:
     for component in snapshot.workers:
         rates = origin_rates(snapshot, component)
         active = Counter(
-            str(e.get("origin"))
+            e.get("origin", "?")
             for e in snapshot.ledgers.get(component, [])
             if e.get("state") not in ("ok", "error", "aborted", "released")
         )
@@ -115,12 +102,12 @@ def red_herrings(snapshot: Snapshot, origin: str) -> list[str]:
     return herrings
 
 
-def _reach(ctx: Context, wedged: list[dict[str, Any]], workers: list[str]) -> str:
+def _reach(ctx: Context, wedged: list[ClientRecord], workers: list[str]) -> str:
     reached = Counter(
         s.component
         for r in wedged
         for index in (ctx.prefill, ctx.decode)
-        for s in index.get(str(r.get("request_id")), [])[-1:]
+        for s in index.get(r.get("request_id", ""), [])[-1:]
     )
     if not any(reached.values()):
         return f"0 of them reached {' or '.join(workers)}"
@@ -131,8 +118,8 @@ def _facts(
     snapshot: Snapshot,
     ctx: Context,
     origin: str,
-    mine: list[dict[str, Any]],
-    wedged: list[dict[str, Any]],
+    mine: list[ClientRecord],
+    wedged: list[ClientRecord],
     holds: list[Hold],
     location: str,
 ) -> list[str]:
@@ -158,9 +145,9 @@ def _facts(
         facts.append(f"link {name}: {why}" + (f" [bytes {moved}]" if moved else ""))
     if location in snapshot.workers:
         held = Counter(
-            str(e.get("state"))
+            e.get("state", "?")
             for e in snapshot.ledgers.get(location, [])
-            if e.get("origin") == origin and e.get("state") not in ("ok",)
+            if e.get("origin") == origin and e.get("state") != "ok"
         )
         if held:
             facts.append(
@@ -174,12 +161,12 @@ def _facts(
     return facts
 
 
-def _detail(snapshot: Snapshot, r: dict[str, Any], h: Hold) -> RequestDetail:
+def _detail(snapshot: Snapshot, r: ClientRecord, h: Hold) -> RequestDetail:
     end = float(r.get("finished") or snapshot.taken_at)
     return RequestDetail(
-        request_id=str(r.get("request_id")),
-        origin=str(r.get("origin")),
-        state=str(r.get("state")),
+        request_id=r.get("request_id", "?"),
+        origin=r.get("origin", "?"),
+        state=r.get("state", "?"),
         age_s=round(end - float(r.get("created") or end), 3),
         furthest=h.furthest,
         holding=h.holding,
@@ -198,25 +185,16 @@ def locate(
     """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged);
     failures that ended before ``since`` (the current fault window's start) are left out."""
     ctx = Context(snapshot, since)
-    order = {hop: i for i, hop in enumerate(hop_order(snapshot))}
-    everyone = wedged_records(snapshot, overdue_after_s, window_s, since)
-    stuck: dict[str, dict[str, int]] = {}
-    holds: list[tuple[dict[str, Any], Hold]] = []
-    for record in everyone:
-        hold = classify(ctx, record)
-        by_origin = stuck.setdefault(hold.holding, {})
-        by_origin[str(record.get("origin"))] = by_origin.get(str(record.get("origin")), 0) + 1
-        if record.get("origin") == origin:
-            holds.append((record, hold))
-    counts = Counter(h.holding for _, h in holds)
-    location = "none"
-    if counts:
-        location = min(counts, key=lambda hop: (-counts[hop], order.get(hop, len(order))))
+    held = [
+        (r, classify(ctx, r)) for r in wedged_records(snapshot, overdue_after_s, window_s, since)
+    ]
+    pairs = [(h.holding, r.get("origin", "?")) for r, h in held]
+    location, stuck = place(pairs, origin, snapshot.prefill, snapshot.decode)
+    holds = [(r, h) for r, h in held if r.get("origin") == origin]
     mine = [r for r in snapshot.client if r.get("origin") == origin]
     wedged = [r for r, _ in holds]
-    details = [_detail(snapshot, r, h) for r, h in holds[:MAX_DETAILS]]
     watchdogs = [
-        {"component": name, **firing}
+        WatchdogFiring(component=name, **firing)
         for name, state in snapshot.stub_states.items()
         for firing in state.get("firings") or []
     ]
@@ -224,9 +202,9 @@ def locate(
         location=location,
         origin=origin,
         evidence=_facts(snapshot, ctx, origin, mine, wedged, [h for _, h in holds], location),
-        stuck=dict(sorted(stuck.items(), key=lambda kv: order.get(kv[0], len(order)))),
+        stuck=stuck,
         red_herrings=red_herrings(snapshot, origin),
-        requests=details,
+        requests=[_detail(snapshot, r, h) for r, h in holds[:MAX_DETAILS]],
         wedged=len(wedged),
         total=len(mine),
         taken_at=snapshot.taken_at,

@@ -1,14 +1,8 @@
 """What each metric the evidence reads means: the one table behind docs/reference/metrics.md.
 
-The names are the ones real deployments export (router-protocol.md §5 and §6): ``smg_*`` from
-the router, ``sglang:*`` from SGLang engines (the stubs export the same names), and
-``toxiproxy_proxy_*`` from Toxiproxy run with ``-proxy-metrics``. Values are what the
-evidence reads them as: a gauge's number means something (``smg_worker_health`` 1 = healthy),
-so the table says what.
-
-``tests/unit/test_reference_docs.py`` finds every metric name the package reads (outside the
-stubs, which produce them) and fails when one has no row here, or a row names a metric that
-nothing reads any more.
+The names are the ones real deployments export (router-protocol.md §5 and §6).
+``tests/unit/test_reference_docs.py`` fails when a metric the package reads has no row here, or
+a row names a metric nothing reads any more.
 """
 
 from __future__ import annotations
@@ -24,23 +18,16 @@ Kind = Literal["gauge", "counter"]
 
 @dataclass(frozen=True)
 class MetricMeaning:
-    name: str
-    """The exported name, with the ``_total`` suffix of a counter."""
+    name: str  # exported, with a counter's ``_total``
     source: Source
-    """Who exports it: the smg router, an engine (SGLang or a stub worker), or Toxiproxy."""
     kind: Kind
-    labels: tuple[str, ...]
-    """The labels the evidence reads (a metric may carry more)."""
-    meaning: str
-    """What the number says, value by value where the values are codes."""
-    use: str
-    """What the diagnosis or a watchdog makes of it."""
-    codes: tuple[tuple[float, str], ...] = ()
-    """For a gauge whose value is a code: (value, what it says) pairs (``smg_worker_health``:
-    1, healthy). The reference page and :func:`describe_value` render them."""
+    labels: tuple[str, ...]  # the labels the evidence reads (a metric may carry more)
+    meaning: str  # what the number says
+    use: str  # what the diagnosis or a watchdog makes of it
+    codes: tuple[tuple[float, str], ...] = ()  # a code gauge's (value, what it says)
 
     def codes_text(self) -> str:
-        """``1 = healthy, 0 = not healthy``: the codes as the reference page writes them."""
+        """``1 = healthy, 0 = not healthy``."""
         return ", ".join(f"{value:g} = {said}" for value, said in self.codes)
 
 

@@ -1,26 +1,94 @@
-"""What an operator observes: the only input of the blind locator. Pure data.
-
-``Observed`` holds what a real deployment exposes, and nothing that only our simulation knows:
-
-- the client ledger (the harness is ours: its own view is fair evidence);
-- the router's and the workers' public HTTP: ``/health``, ``/metrics`` under the engines' real
-  metric names (``sglang:*``), smg's ``smg_*`` metrics and its ``/workers``;
-- per-link traffic: Toxiproxy's byte counters per direction, two samples apart;
-- the kernel's process states (running, stopped, zombie, gone) and log tails;
-- the addresses of the deployment (which URL is which component), as any operator has them.
-
-The ground truth (stub ledgers, injected faults, toxic configurations, the runtime's own list
-of what it paused) lives in :mod:`pytest_wedge.evidence.truth`, a different type.
-"""
+"""What an operator observes, the only input of the blind locator. Pure data: the client
+ledger (ours), the router's and workers' public ``/health`` and ``/metrics`` (real metric
+names), ``/workers``, Toxiproxy's byte counters, the kernel's process states, log tails, and
+which address is which component. The ground truth lives in :mod:`.truth`."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 OBSERVED_FORMAT = "pytest-wedge/observed"
 DIRECTIONS = ("upstream", "downstream")
+
+
+class ClientRecord(TypedDict, total=False):
+    """One request of the client ledger, as ``RequestRecord.to_dict()`` writes it."""
+
+    request_id: str
+    origin: str
+    target: str
+    path: str
+    stream: bool
+    agent: int | None
+    round: int | None
+    attempt: int
+    retry_of: str | None
+    created: float
+    sent: float | None
+    first_byte: float | None
+    first_token: float | None
+    last_byte: float | None
+    last_ping: float | None
+    finished: float | None
+    tokens: int
+    status: int | None
+    error: str | None
+    state: str
+    cut_by_stop: bool
+    pool_limit: int | None
+    pool_in_use: int | None
+
+
+class RouterErrors(TypedDict):
+    """One series of ``smg_worker_errors_total``."""
+
+    worker_type: str
+    error_type: str
+    value: float
+
+
+class RouterMetrics(TypedDict, total=False):
+    """The router's series that locate a wedge, in smg's terms (evidence/parse.py); empty
+    when its /metrics did not answer."""
+
+    requests_active: dict[str, float]  # worker -> smg_worker_requests_active
+    health: dict[str, float]
+    cb_state: dict[str, float]
+    cb_failures: dict[str, float]
+    cb_failed: dict[str, float]  # worker -> non-success breaker outcomes
+    errors: list[RouterErrors]
+    responses: dict[str, float]  # status -> answers to requests (not probes)
+    refusals: dict[str, float]  # "status error_code" -> count
+    admission_inflight: float
+    retries: float
+
+
+class RouterWorker(TypedDict):
+    """One worker as the router's ``/workers`` lists it."""
+
+    healthy: bool
+    status: str
+    load: float
+
+
+RouterCounter = Literal["refusals", "responses", "cb_failed"]
+
+
+def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are fields of the dataclass ``cls``."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def read_document(text: str, kind: str) -> dict[str, Any]:
+    """A JSON document whose ``format`` must be ``kind``."""
+    data = json.loads(text)
+    if data.get("format") != kind:
+        raise ValueError(f"not a {kind} document (format={data.get('format')!r})")
+    return dict(data)
 
 
 @dataclass
@@ -34,10 +102,10 @@ class Observed:
     # name -> URL: "router" (its own port), "router metrics", each worker's real port,
     # "<prefill> bootstrap", and each link's listen side under the link's name.
     addresses: dict[str, str] = field(default_factory=dict)
-    client: list[dict[str, Any]] = field(default_factory=list)
-    router: dict[str, Any] = field(default_factory=dict)
-    router_before: dict[str, Any] = field(default_factory=dict)
-    router_workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client: list[ClientRecord] = field(default_factory=list)
+    router: RouterMetrics = field(default_factory=lambda: RouterMetrics())
+    router_before: RouterMetrics = field(default_factory=lambda: RouterMetrics())
+    router_workers: dict[str, RouterWorker] = field(default_factory=dict)
     # "ok" or why not, for: each component on its own port, "<prefill> bootstrap", and
     # "via <link>" (the far end's /health through the link, as the traffic goes)
     health: dict[str, str] = field(default_factory=dict)
@@ -137,9 +205,9 @@ class Observed:
     # -- router ------------------------------------------------------------------------------
     def in_flight(self, worker: str) -> float:
         """The router's requests in flight to ``worker`` (smg_worker_requests_active)."""
-        return float((self.router.get("requests_active") or {}).get(worker, 0.0))
+        return float(self.router.get("requests_active", {}).get(worker, 0.0))
 
-    def router_grew(self, key: str) -> dict[str, float]:
+    def router_grew(self, key: RouterCounter) -> dict[str, float]:
         """Per-label growth of a router counter map (``refusals``, ``responses``)."""
         now = self.router.get(key) or {}
         before = self.router_before.get(key) or {}
@@ -165,20 +233,16 @@ class Observed:
         return {d: got - gave for d, (got, gave) in self.flow(link).items() if got - gave > 0}
 
     # -- JSON --------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"format": OBSERVED_FORMAT, **asdict(self)}
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Observed:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_dict(cls, data: Mapping[str, Any]) -> Observed:
+        return cls(**known_fields(cls, data))
 
     @classmethod
     def from_json(cls, text: str) -> Observed:
-        data = json.loads(text)
-        if data.get("format") != OBSERVED_FORMAT:
-            raise ValueError(f"not a {OBSERVED_FORMAT} document (format={data.get('format')!r})")
-        return cls.from_dict(data)
+        return cls.from_dict(read_document(text, OBSERVED_FORMAT))

@@ -11,21 +11,16 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from pytest_wedge.evidence.metric_names import (
-    COUNTERS,
-    GAUGES,
     VLLM_ROUTER_PER_WORKER,
     canonical,
     exported_names,
     vocabulary,
 )
+from pytest_wedge.evidence.observed import RouterErrors, RouterMetrics
 from pytest_wedge.metrics_text import parse_samples
 
-STUB_GAUGES = GAUGES
-# Cumulative engine counters (SGLang names without the ``_total`` suffix).
-ENGINE_COUNTERS = COUNTERS
 # Probe endpoints answer on every path; counting them would drown the traffic that matters.
 _PROBE_PATHS = frozenset({"/health", "/liveness", "/readiness", "/metrics", "/workers"})
 _PER_WORKER = {
@@ -36,41 +31,24 @@ _PER_WORKER = {
 }
 
 
-def families(text: str, names: tuple[str, ...]) -> list[tuple[str, dict[str, str], float]]:
-    """The samples of ``names`` only: smg exposes hundreds (every histogram bucket), while
-    the probe reads them several times a second."""
-    return parse_samples(text, names)
-
-
-def parse_stub_metrics(text: str) -> dict[str, float]:
-    """The engine gauges the oracle's red herrings quote, by canonical name."""
-    values = parse_engine_metrics(text)
-    return {g: values[g] for g in STUB_GAUGES if g in values}
-
-
 def parse_engine_metrics(text: str) -> dict[str, float]:
     """Engine gauges and counters by canonical name (evidence/metric_names.py: SGLang's names
     without the prefix and ``_total``, whichever engine exported them), summed over label
     sets (one engine may report several dp ranks)."""
     rows = vocabulary(text)
-    return canonical(rows, families(text, exported_names(rows)))
+    return canonical(rows, parse_samples(text, exported_names(rows)))
 
 
-def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
+def parse_router_metrics(text: str, workers: dict[str, str]) -> RouterMetrics:
     """The router's gauges and counters that locate a wedge, in smg's keys (vllm-router's
     per-worker series mapped onto them); ``workers`` maps worker URL -> name."""
-    out: dict[str, Any] = {
-        "requests_active": {},
-        "health": {},
-        "cb_state": {},
-        "cb_failures": {},
-        "cb_failed": {},
-        "errors": [],
-        "responses": {},
-        "refusals": {},
-        "admission_inflight": 0.0,
-        "retries": 0.0,
+    per_worker: dict[str, dict[str, float]] = {
+        key: {} for key in ("requests_active", "health", "cb_state", "cb_failures", "cb_failed")
     }
+    errors: list[RouterErrors] = []
+    responses: dict[str, float] = {}
+    refusals: dict[str, float] = {}
+    admitted = retries = 0.0
     names = (
         *_PER_WORKER,
         "smg_worker_errors_total",
@@ -80,56 +58,63 @@ def parse_router_metrics(text: str, workers: dict[str, str]) -> dict[str, Any]:
         "smg_worker_cb_outcomes_total",
         *VLLM_ROUTER_PER_WORKER,
     )
-    for name, labels, value in families(text, names):
+    # Only the series named: smg exposes hundreds (every histogram bucket).
+    for name, labels, value in parse_samples(text, names):
+        url = labels.get("worker", "")
+        worker = workers.get(url, url)
         if name in VLLM_ROUTER_PER_WORKER:  # summed: one key may take two counters
-            key, url = VLLM_ROUTER_PER_WORKER[name], labels.get("worker", "")
-            worker = workers.get(url, url)
-            out[key][worker] = out[key].get(worker, 0.0) + value
+            series = per_worker[VLLM_ROUTER_PER_WORKER[name]]
+            series[worker] = series.get(worker, 0.0) + value
         elif name in _PER_WORKER:
-            worker = labels.get("worker", "")
-            out[_PER_WORKER[name]][workers.get(worker, worker)] = value
+            per_worker[_PER_WORKER[name]][worker] = value
         elif name == "smg_worker_errors_total":
-            out["errors"].append(
-                {
-                    "worker_type": labels.get("worker_type", ""),
-                    "error_type": labels.get("error_type", ""),
-                    "value": value,
-                }
+            errors.append(
+                RouterErrors(
+                    worker_type=labels.get("worker_type", ""),
+                    error_type=labels.get("error_type", ""),
+                    value=value,
+                )
             )
         elif name == "smg_http_responses_total" and labels.get("path") not in _PROBE_PATHS:
             status = labels.get("status_code", "?")
             if "path" in labels:
                 # Without a path label (sglang-router 0.3.2) probe answers cannot be told
                 # from answers to our requests, so none of them counts as answered.
-                out["responses"][status] = out["responses"].get(status, 0.0) + value
+                responses[status] = responses.get(status, 0.0) + value
             code = labels.get("error_code") or ""
             if code and status.startswith(("4", "5")):
-                key = f"{status} {code}"
-                out["refusals"][key] = out["refusals"].get(key, 0.0) + value
+                refusals[f"{status} {code}"] = refusals.get(f"{status} {code}", 0.0) + value
         elif name == "smg_admission_inflight":
-            out["admission_inflight"] = value
+            admitted = value
         elif name == "smg_worker_retries_total":
-            out["retries"] += value
+            retries += value
         elif name == "smg_worker_cb_outcomes_total" and labels.get("outcome") != "success":
-            worker = workers.get(labels.get("worker", ""), labels.get("worker", ""))
-            out["cb_failed"][worker] = out["cb_failed"].get(worker, 0.0) + value
-    return out
+            failed = per_worker["cb_failed"]
+            failed[worker] = failed.get(worker, 0.0) + value
+    return RouterMetrics(
+        requests_active=per_worker["requests_active"],
+        health=per_worker["health"],
+        cb_state=per_worker["cb_state"],
+        cb_failures=per_worker["cb_failures"],
+        cb_failed=per_worker["cb_failed"],
+        errors=errors,
+        responses=responses,
+        refusals=refusals,
+        admission_inflight=admitted,
+        retries=retries,
+    )
 
 
 def parse_link_bytes(text: str, proxies: dict[str, str]) -> dict[str, dict[str, float]]:
     """Toxiproxy ``-proxy-metrics``: bytes read (in) and written (out) per link and direction.
-
-    Toxiproxy adds a connection's bytes when that connection ends (``link.go``: the counters
-    follow ``io.Copy`` returning), and counts written bytes only for a write that did not fail.
-    So the counters move when connections close, and in > out means bytes that entered a link
-    and were never delivered on connections that have since closed.
-    """
+    Toxiproxy adds a connection's bytes when it ends (``link.go``), and written bytes only for
+    writes that did not fail: in > out means bytes never delivered on connections now closed."""
     out: dict[str, dict[str, float]] = {}
     kinds = {
         "toxiproxy_proxy_received_bytes_total": "in",
         "toxiproxy_proxy_sent_bytes_total": "out",
     }
-    for name, labels, value in families(text, tuple(kinds)):
+    for name, labels, value in parse_samples(text, tuple(kinds)):
         kind = kinds.get(name)
         link = proxies.get(labels.get("proxy", ""))
         if kind is None or link is None:

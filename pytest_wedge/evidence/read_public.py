@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_wedge.evidence.fetch import get, http_client
-from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.evidence.observed import ClientRecord, Observed, RouterWorker
 from pytest_wedge.evidence.parse import (
     parse_engine_metrics,
     parse_link_bytes,
@@ -25,7 +25,7 @@ from pytest_wedge.evidence.parse import (
 from pytest_wedge.routers.adapters import counts_in_flight_per_worker
 
 if TYPE_CHECKING:
-    from pytest_wedge.load.ledger import ClientLedger
+    from pytest_wedge.load.client_ledger import ClientLedger
     from pytest_wedge.topology.running import Topology
 
 LOG_TAIL_BYTES = 4096
@@ -135,15 +135,15 @@ def observed_jobs(
     return jobs, {key: timeout_s for key in jobs} | {"link traffic": max(timeout_s, 1.0)}
 
 
-def _workers_view(answer: Any, names: dict[str, str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for w in (answer or {}).get("workers", []) if isinstance(answer, dict) else []:
+def _workers_view(answer: object, names: dict[str, str]) -> dict[str, RouterWorker]:
+    out: dict[str, RouterWorker] = {}
+    for w in answer.get("workers", []) if isinstance(answer, dict) else []:
         url = str(w.get("url", ""))
-        out[names.get(url, url)] = {
-            "healthy": bool(w.get("is_healthy", True)),
-            "status": str(w.get("status", "?")),
-            "load": w.get("load", 0),
-        }
+        out[names.get(url, url)] = RouterWorker(
+            healthy=bool(w.get("is_healthy", True)),
+            status=str(w.get("status", "?")),
+            load=float(w.get("load") or 0),
+        )
     return out
 
 
@@ -184,5 +184,5 @@ def attach_before(obs: Observed, rates: Observed | None, window: Observed | None
         obs.traffic_before, obs.traffic_before_at = window.traffic, window.taken_at
 
 
-def client_records(ledger: ClientLedger) -> list[dict[str, Any]]:
-    return [record.to_dict() for record in ledger.records]
+def client_records(ledger: ClientLedger) -> list[ClientRecord]:
+    return [cast(ClientRecord, record.to_dict()) for record in ledger.records]

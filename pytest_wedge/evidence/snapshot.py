@@ -1,37 +1,28 @@
-"""Evidence: one :class:`Snapshot` of everything, taken in parallel, as plain data.
-
-A snapshot holds two kinds of evidence, kept apart by type:
-
-- ``snapshot.observed`` (:class:`~pytest_wedge.evidence.observed.Observed`): what an operator
-  of a real deployment sees. The blind locator reads nothing else.
-- the ground truth (:class:`~pytest_wedge.evidence.truth.GroundTruth`, from
-  :meth:`Snapshot.ground_truth`): stub ledgers and states, toxic configurations, the runtime's
-  own view. The oracle (today's ledger walk) reads it together with the observed part.
-
-A snapshot is JSON round-trippable so either locator can run on a recorded one. Collection
-must work while something is wedged: every fetch has a short timeout, and a fetch that fails
-is recorded as evidence ("did not answer"), never raised.
-"""
+"""One :class:`Snapshot` of everything, fetched in parallel: ``observed`` (what an operator
+sees; the blind locator reads nothing else) and the ground truth (stub ledgers and states,
+toxics, the runtime's view; the oracle's). JSON round-trippable; every fetch has a short
+timeout, and one that fails is recorded as evidence, never raised."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pytest_wedge.evidence.fetch import gather, get, http_client
-from pytest_wedge.evidence.observed import Observed
-from pytest_wedge.evidence.parse import (
-    STUB_GAUGES,
-    parse_link_bytes,
-    parse_router_metrics,
-    parse_stub_metrics,
-    proc_state,
+from pytest_wedge.evidence.metric_names import GAUGES
+from pytest_wedge.evidence.observed import (
+    ClientRecord,
+    Observed,
+    RouterMetrics,
+    known_fields,
+    read_document,
 )
+from pytest_wedge.evidence.parse import proc_state
 from pytest_wedge.evidence.read_public import (
     attach_before,
     client_records,
@@ -39,26 +30,20 @@ from pytest_wedge.evidence.read_public import (
     fill_observed,
     observed_jobs,
 )
-from pytest_wedge.evidence.truth import GroundTruth, window_dict
+from pytest_wedge.evidence.truth import (
+    LedgerEntry,
+    LinkState,
+    StubState,
+    Toxic,
+)
 
 if TYPE_CHECKING:
-    from pytest_wedge.load.ledger import ClientLedger
+    from pytest_wedge.load.client_ledger import ClientLedger
     from pytest_wedge.topology.running import Topology
 
 SNAPSHOT_FORMAT = "pytest-wedge/snapshot"
 SAME_CLIENT = "(the snapshot's client ledger)"
 MIN_RATE_WINDOW_S = 0.15
-__all__ = [
-    "STUB_GAUGES",
-    "Snapshot",
-    "collect",
-    "gather",
-    "http_client",
-    "parse_link_bytes",
-    "parse_router_metrics",
-    "parse_stub_metrics",
-    "proc_state",
-]
 
 
 @dataclass
@@ -69,17 +54,17 @@ class Snapshot:
     prefill: list[str]
     decode: list[str]
     link_names: list[str]
-    client: list[dict[str, Any]] = field(default_factory=list)
-    ledgers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    stub_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client: list[ClientRecord] = field(default_factory=list)
+    ledgers: dict[str, list[LedgerEntry]] = field(default_factory=dict)
+    stub_states: dict[str, StubState] = field(default_factory=dict)
     # An earlier state sample of the same stubs: the cumulative per-origin token counters of
     # the two samples give per-origin rates, which aggregate gauges cannot.
-    stub_states_before: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stub_states_before: dict[str, StubState] = field(default_factory=dict)
     before_at: float | None = None
     stub_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
-    router: dict[str, Any] = field(default_factory=dict)
+    router: RouterMetrics = field(default_factory=lambda: RouterMetrics())
     components: dict[str, str] = field(default_factory=dict)
-    links: dict[str, dict[str, Any]] = field(default_factory=dict)
+    links: dict[str, LinkState] = field(default_factory=dict)
     unanswered: dict[str, str] = field(default_factory=dict)
     log_paths: dict[str, str] = field(default_factory=dict)
     collect_s: float = 0.0
@@ -91,33 +76,19 @@ class Snapshot:
     def workers(self) -> list[str]:
         return [*self.prefill, *self.decode]
 
-    def ground_truth(self, fault_windows: Iterable[Any] = ()) -> GroundTruth:
-        """The part only the test knows, as its own type."""
-        toxics = {
-            name: {"enabled": info.get("enabled", True), "toxics": info.get("toxics", [])}
-            for name, info in self.links.items()
-        }
-        return GroundTruth(
-            ledgers=dict(self.ledgers),
-            stub_states=dict(self.stub_states),
-            toxics=toxics,
-            runtime_states=dict(self.components),
-            faults=[window_dict(w) for w in fault_windows],
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"format": SNAPSHOT_FORMAT, **asdict(self)}
-        if self.observed is not None and self.observed.client == self.client:
-            data["observed"]["client"] = SAME_CLIENT  # one copy of the client ledger is enough
-        return data
+    def to_dict(self) -> dict[str, object]:
+        observed = self.observed.to_dict() if self.observed is not None else None
+        if observed is not None and observed["client"] == self.client:
+            observed["client"] = SAME_CLIENT  # one copy of the client ledger is enough
+        plain = asdict(replace(self, observed=None))
+        return {"format": SNAPSHOT_FORMAT, **plain, "observed": observed}
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        kwargs = known_fields(cls, data)
         if isinstance(kwargs.get("observed"), dict):
             observed = dict(kwargs["observed"])
             if observed.get("client") == SAME_CLIENT:
@@ -127,46 +98,47 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
-        data = json.loads(text)
-        if data.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"not a {SNAPSHOT_FORMAT} document (format={data.get('format')!r})")
-        return cls.from_dict(data)
+        return cls.from_dict(read_document(text, SNAPSHOT_FORMAT))
 
 
 # -- ground truth (the oracle's extra reads) ---------------------------------------------------
 
 
 def component_states(topology: Topology) -> dict[str, str]:
-    """The runtime's word, corrected by the kernel: 'T' proves a pause."""
+    """Each component's state: the runtime's word, corrected by the kernel ('T' proves a
+    pause whatever the runtime believes); one that cannot be read says why."""
     states: dict[str, str] = {}
     for name in topology.components:
-        state = str(topology.runtime.state(name))
-        if state == "running" and proc_state(topology.runtime.pid(name)) == "T":
-            state = "paused"
+        try:
+            state = str(topology.runtime.state(name))
+            if state == "running" and proc_state(topology.runtime.pid(name)) == "T":
+                state = "paused"
+        except Exception as exc:  # a report names what it cannot read
+            state = f"unknown ({type(exc).__name__})"
         states[name] = state
     return states
 
 
-def toxic_config(topology: Topology, timeout_s: float) -> dict[str, dict[str, Any]]:
+def toxic_config(topology: Topology, timeout_s: float) -> dict[str, LinkState]:
     """Each link's configuration: enabled or not, and its toxics (ground truth)."""
     by_proxy = {link.proxy: name for name, link in topology.links.items()}
     proxies = http_client().get(topology.toxiproxy.base_url + "/proxies", timeout=timeout_s)
-    links: dict[str, dict[str, Any]] = {}
+    links: dict[str, LinkState] = {}
     for proxy, info in proxies.json().items():
         name = by_proxy.get(proxy)
         if name is None:
             continue
         toxics = [
-            {
-                "type": t.get("type"),
-                "stream": t.get("stream"),
-                "name": t.get("name"),
-                "toxicity": t.get("toxicity"),
-                "attributes": t.get("attributes", {}),
-            }
+            Toxic(
+                type=t.get("type"),
+                stream=t.get("stream"),
+                name=t.get("name"),
+                toxicity=t.get("toxicity"),
+                attributes=t.get("attributes", {}),
+            )
             for t in info.get("toxics") or []
         ]
-        links[name] = {"enabled": bool(info.get("enabled", True)), "toxics": toxics}
+        links[name] = LinkState(enabled=bool(info.get("enabled", True)), toxics=toxics)
     return links
 
 
@@ -207,7 +179,7 @@ def fill(
         if f"{name} ledger" in results:
             snapshot.ledgers[name] = list(results[f"{name} ledger"].get("entries", []))
     for name, values in obs.workers.items():
-        snapshot.stub_metrics[name] = {g: values[g] for g in STUB_GAUGES if g in values}
+        snapshot.stub_metrics[name] = {g: values[g] for g in GAUGES if g in values}
     snapshot.router = obs.router
     if "toxiproxy" in results:
         snapshot.links = results["toxiproxy"]

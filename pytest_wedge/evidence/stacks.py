@@ -1,14 +1,8 @@
-"""Stacks: secondary evidence. Ledgers locate a wedge; stacks can only say what a process
-was doing, and they mislocate easily (an idle reader thread looks healthy while the
-scheduler is stuck; a paused process shows wherever SIGSTOP happened to freeze it).
+"""Stacks: secondary evidence (they mislocate easily; the ledgers locate a wedge).
 
-- Python components (the stubs): ``py-spy dump --nonblocking``, which reads memory without
-  ptrace-stopping the process, so taking stacks never changes what is being diagnosed.
-- The router (``smg::router``: a Python launcher hosting a Rust ``.so``): py-spy for the
-  Python side, the thread list with state and wchan from ``/proc``, and gdb's
-  ``thread apply all bt`` when gdb exists and the process is not paused (attaching to a
-  stopped process can resume it on detach, which would clear the very fault under test).
-- This test process: ``sys._current_frames``.
+Stubs: ``py-spy dump --nonblocking``, which never ptrace-stops them. The router (a Python
+launcher hosting Rust): py-spy, ``/proc`` threads, and gdb unless paused (detaching from a
+stopped process can resume it, clearing the fault under test). This process: its frames.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_wedge.evidence.snapshot import proc_state
+from pytest_wedge.evidence.parse import proc_state
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology

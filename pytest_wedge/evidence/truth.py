@@ -1,47 +1,107 @@
 """What only the test knows: the ground truth that scores the blind locator. Pure data.
 
 A real deployment has none of this: engines keep no per-request ledger, a wedge announces no
-toxic, and nobody hands the operator a list of what was paused. The oracle (the ledger walk of
-:mod:`pytest_wedge.diagnostics.hops`) reads it; the blind locator never can (its package may
-import :mod:`pytest_wedge.evidence.observed` only, which a unit test checks).
+toxic, and nobody hands the operator a list of what was paused. The oracle reads it; the blind
+locator never can (a unit test checks its imports).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, TypedDict
 
 
-@dataclass
-class GroundTruth:
-    """Stub ledgers and states, toxic configurations, the runtime's view, the fault windows."""
+class _Fault(Protocol):
+    @property
+    def target(self) -> object: ...
 
-    ledgers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    stub_states: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # link -> {"enabled": bool, "toxics": [...]} as Toxiproxy's API describes its configuration
-    toxics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # component -> the runtime's own word: running, paused, exited, absent
-    runtime_states: dict[str, str] = field(default_factory=dict)
-    # {"description", "target", "started", "ended"} per fault window
-    faults: list[dict[str, Any]] = field(default_factory=list)
-
-    def injected_at(self, at: float) -> list[str]:
-        """The targets of the faults active at ``at``."""
-        return [
-            str(f["target"])
-            for f in self.faults
-            if f["started"] <= at and (f.get("ended") is None or f["ended"] >= at)
-        ]
+    def describe(self) -> str: ...
 
 
-def window_dict(window: Any) -> dict[str, Any]:
-    """A fault window (``FaultWindow`` or its dict) as plain data."""
+class FaultWindow(Protocol):
+    """What a ``faults.fault.FaultWindow`` gives (evidence/ sits below faults/)."""
+
+    @property
+    def fault(self) -> _Fault: ...
+
+    @property
+    def started(self) -> float: ...
+
+    @property
+    def ended(self) -> float | None: ...
+
+
+class LedgerEntry(TypedDict, total=False):
+    """One request in a stub's ``/ledger`` (stubs/worker_ledger.py ``Entry.to_dict``)."""
+
+    request_id: str
+    origin: str
+    room: int | None
+    path: str
+    stream: bool
+    prompt_tokens: int
+    max_tokens: int
+    tokens: int
+    state: str
+    error: str | None
+    t: dict[str, float]  # stamp (arrived, running, kv_ready, ...) -> time.time()
+
+
+class StubFiring(TypedDict, total=False):
+    """An engine watchdog's firing as a stub's ``/control/state`` lists it."""
+
+    watchdog: str
+    at: float
+    request_id: str
+    room: int | None
+
+
+class StubState(TypedDict, total=False):
+    """The parts of a stub's ``/control/state`` the oracle reads."""
+
+    at: float
+    tokens_by_origin: dict[str, float]
+    faults: list[dict[str, object]]  # the engine faults on now
+    firings: list[StubFiring]
+
+
+class Toxic(TypedDict, total=False):
+    type: str
+    stream: str
+    name: str
+    toxicity: float
+    attributes: dict[str, object]
+
+
+class LinkState(TypedDict, total=False):
+    """A link's Toxiproxy configuration (ground truth) and its byte counters."""
+
+    enabled: bool
+    toxics: list[Toxic]
+    bytes: dict[str, float]
+
+
+class FaultRecord(TypedDict):
+    """A fault window as plain data."""
+
+    description: str
+    target: str
+    started: float
+    ended: float | None
+
+
+def window_record(window: FaultWindow | FaultRecord) -> FaultRecord:
+    """A fault window (``FaultWindow`` or its record) as plain data."""
     if isinstance(window, dict):
-        return dict(window)
+        return FaultRecord(
+            description=str(window["description"]),
+            target=str(window["target"]),
+            started=float(window["started"]),
+            ended=window.get("ended"),
+        )
     fault = window.fault
-    return {
-        "description": fault.describe(),
-        "target": str(fault.target),
-        "started": window.started,
-        "ended": window.ended,
-    }
+    return FaultRecord(
+        description=fault.describe(),
+        target=str(fault.target),
+        started=window.started,
+        ended=window.ended,
+    )

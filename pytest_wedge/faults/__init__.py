@@ -3,22 +3,6 @@
 Every concrete fault is registered by name (``FAULT_REGISTRY``); ``@register`` adds one.
 """
 
-from pytest_wedge.faults.base import (
-    Fault,
-    FaultSet,
-    FaultWindow,
-    ScheduledError,
-    ScheduledFaultError,
-    TargetAlias,
-)
-from pytest_wedge.faults.component import (
-    ComponentFault,
-    CoRestart,
-    DecodeOnlyRestart,
-    Kill,
-    Pause,
-    Restart,
-)
 from pytest_wedge.faults.engine import (
     Crash,
     EngineFault,
@@ -32,6 +16,13 @@ from pytest_wedge.faults.engine import (
     StallBootstrap,
     StallKvTransfer,
 )
+from pytest_wedge.faults.fault import (
+    Fault,
+    FaultSet,
+    FaultWindow,
+    ScheduledError,
+    ScheduledFaultError,
+)
 from pytest_wedge.faults.network import (
     Bandwidth,
     Down,
@@ -42,6 +33,14 @@ from pytest_wedge.faults.network import (
     SlowClose,
     Timeout,
     Toxic,
+)
+from pytest_wedge.faults.process_actions import (
+    ComponentFault,
+    CoRestart,
+    DecodeOnlyRestart,
+    Kill,
+    Pause,
+    Restart,
 )
 from pytest_wedge.faults.registry import FAULT_REGISTRY, register
 
@@ -76,7 +75,6 @@ __all__ = [
     "StallBeforeFirstToken",
     "StallBootstrap",
     "StallKvTransfer",
-    "TargetAlias",
     "Timeout",
     "Toxic",
     "register",

@@ -1,11 +1,9 @@
 """Engine faults inside the stub workers, switched at run time through their control API.
 
-The stub's parser (``pytest_wedge.stubs.engine_faults``) is the one vocabulary: its ``KINDS`` names
-each kind's parameters and their defaults. A class here declares the same parameters as
-fields, takes each default the stub has from it (:func:`stub_default`), and sends exactly
-those fields (:meth:`EngineFault.params`). ``tests/unit/test_fault_vocabulary.py`` holds the
-two sides together. Where the stub requires a parameter, the class may offer a default of
-its own: it always sends the value, so the stub never sees it missing.
+The stub's ``KINDS`` (``stubs/engine_faults.py``) is the one vocabulary: a class here declares
+its parameters as fields, takes the stub's defaults (:func:`stub_default`) and sends exactly
+those fields (:meth:`EngineFault.params`); ``tests/unit/test_fault_vocabulary.py`` holds the
+two sides together.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.fault import Fault
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_component_name
-from pytest_wedge.stubs.client import StubUnavailable
+from pytest_wedge.stubs.control_client import StubUnavailable
 from pytest_wedge.stubs.engine_faults import KINDS as STUB_KINDS
 
 if TYPE_CHECKING:
@@ -42,7 +40,6 @@ class EngineFault(Fault):
     """Act only on requests of this origin (``harness``, ``stray-1``...); None: on all."""
     kind: ClassVar[str]
     roles: ClassVar[tuple[str, ...]] = ("prefill", "decode")
-    component = TargetAlias("component")
 
     @property
     def fault_name(self) -> str:

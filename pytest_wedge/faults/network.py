@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.fault import Fault
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_link_name
 
@@ -31,7 +31,6 @@ class Toxic(Fault):
     toxicity: float = 1.0
     """The probability, 0 to 1, that it applies to a connection (drawn per connection)."""
     toxic_type: ClassVar[str]
-    link = TargetAlias("link")
 
     def __post_init__(self) -> None:
         if self.stream not in ("upstream", "downstream"):
@@ -186,8 +185,6 @@ class LimitData(Toxic):
 @dataclass(frozen=True, kw_only=True)
 class Down(Fault):
     """The link refuses connections and drops the open ones (``enabled=false``, not a toxic)."""
-
-    link = TargetAlias("link")
 
     def apply(self, topology: Topology) -> None:
         proxy = _proxy(topology, self.target)

@@ -1,26 +1,19 @@
 """The fault registry: the ``kind`` names a scenario file may use, each mapped to its class.
 
-A concrete fault joins it with ``@register`` (above ``@dataclass``). Registration is explicit
-so that a base class, a helper or an import never becomes a ``kind`` by accident, and so that
-a user's own fault (in a conftest or a plugin) becomes one by the same single line.
-
-``register`` also keeps the fault's old target keywords working: a family that declares
-``link = TargetAlias("link")`` accepts ``link=...`` in place of ``target=...``, with a
-DeprecationWarning.
+Registration is explicit (``@register`` above ``@dataclass``), so a base class never becomes a
+``kind`` by accident and a user's own fault becomes one by the same single line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
-import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.fault import Fault
 
 FaultClass = TypeVar("FaultClass", bound=type[Fault])
 
@@ -48,7 +41,6 @@ def register(cls: FaultClass) -> FaultClass:
             facts={"first": _qualified(known), "second": _qualified(cls)},
             fix="rename one of the classes: the class name is the scenario file's kind",
         )
-    _accept_legacy_target_keywords(cls)
     _by_name[name] = cls
     return cls
 
@@ -66,40 +58,3 @@ def _unset_class_vars(cls: type) -> list[str]:
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def legacy_target_keywords(cls: type[Fault]) -> list[str]:
-    """The deprecated spellings of ``target`` that ``cls`` accepts (``link``, ...)."""
-    found = {
-        value.keyword
-        for klass in cls.__mro__
-        for value in vars(klass).values()
-        if isinstance(value, TargetAlias)
-    }
-    return sorted(found)
-
-
-def _accept_legacy_target_keywords(cls: type[Fault]) -> None:
-    keywords = legacy_target_keywords(cls)
-    init = cls.__init__
-    if not keywords or getattr(init, "_wedge_accepts_legacy_target", False):
-        return
-    name = cls.__name__
-
-    @functools.wraps(init)  # inspect.signature follows __wrapped__: errors show the real one
-    def __init__(self: Fault, *args: Any, **kwargs: Any) -> None:
-        for keyword in keywords:
-            if keyword not in kwargs:
-                continue
-            if args or "target" in kwargs:
-                raise TypeError(f"{name}() got the target twice: as target and as {keyword}=")
-            warnings.warn(
-                f"{name}({keyword}=...) is deprecated; use {name}(target=...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            kwargs["target"] = kwargs.pop(keyword)
-        init(self, *args, **kwargs)
-
-    __init__._wedge_accepts_legacy_target = True  # type: ignore[attr-defined]
-    cls.__init__ = __init__  # type: ignore[method-assign]

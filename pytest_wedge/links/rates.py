@@ -5,9 +5,9 @@ only when that connection ends (``link.go`` counts after ``io.Copy`` returns). E
 the topology keeps its connections alive (smg's pool, the load's and the stubs' aiohttp pools),
 so those counters alone stay flat for a whole test. The live part comes from the kernel: the
 bytes each open socket that Toxiproxy accepted on a link's listen port has received and had
-acknowledged (``tcp_info``, asked of the kernel over netlink as iproute2's ``ss`` does: see
-``links/sockdiag.py``). Closed connections are in Toxiproxy's counters, open ones in the
-kernel's, so their sum is the link's traffic so far, and two samples give a rate.
+acknowledged (``tcp_info``, as ``ss -tin`` prints it). Closed connections are in Toxiproxy's
+counters, open ones in the kernel's, so their sum is the link's traffic so far, and two points
+give a rate.
 
 Per link and direction: ``upstream`` is what the link's client sent towards the target,
 ``downstream`` what the target sent back (Toxiproxy's ``upstream_in`` and ``downstream_out``).
@@ -15,20 +15,19 @@ Per link and direction: ``upstream`` is what the link's client sent towards the 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from pytest_wedge.evidence.read_public import link_bytes
-from pytest_wedge.links.sockdiag import SocketCounters, socket_bytes
 
 if TYPE_CHECKING:
     from pytest_wedge.evidence.snapshot import Snapshot
@@ -42,14 +41,8 @@ _RECEIVED = re.compile(r"\bbytes_received:(\d+)")
 _ACKED = re.compile(r"\bbytes_acked:(\d+)")
 
 Totals = dict[str, dict[str, float]]  # link -> direction -> bytes so far
-# A point needs the kernel's socket table walked whenever a connection may have been accepted
-# since the last (2.5 ms of CPU here, under load). Under load smg keeps opening connections to
-# a decode, so every point would walk it: then a meter takes a point at most this often. Just
-# under the probe's slow interval (1 s), so that slow ticks a second apart each take one
-# whatever their jitter.
-LINK_WALK_GAP_S = 0.9
-# Asked with a timeout: (errors, series) so far, or None when the answer did not come.
-SeriesSource = Callable[[float], "tuple[int, list[tuple[float, Totals]]] | None"]
+# The fetch whose answer is Toxiproxy's per-link counters (``read_public.observed_jobs``).
+LINK_JOB = "link traffic"
 
 
 @dataclass(frozen=True)
@@ -75,57 +68,10 @@ class LinkRates:
 
 def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
     """Bytes received and acknowledged so far on each open socket whose local port is a link's
-    listen port (Toxiproxy's accepted side), summed per link: asked of the kernel over netlink
-    (``links/sockdiag.py``), else read from ``ss``. Empty when neither answers."""
-    if not ports:
-        return {}
-    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
-        return socket_bytes(ports)
-    return _ss_socket_bytes(ports)
-
-
-class OpenSocketBytes:
-    """:func:`open_socket_bytes` for a meter that reads the same ports again and again: the
-    kernel dumps its connection table only when one may have been accepted since the last
-    read (:class:`~pytest_wedge.links.sockdiag.SocketCounters`)."""
-
-    def __init__(self, ports: Mapping[int, str]) -> None:
-        self.ports = dict(ports)
-        self.counters = SocketCounters(self.ports)
-        self.walked_at: float | None = None  # time.monotonic() of the last read that dumped
-
-    def due(self, min_walk_gap_s: float) -> bool:
-        """Whether to read now: not when the read would walk the kernel's whole table (a dump,
-        or ``ss``) within ``min_walk_gap_s`` of the last walk."""
-        if self.walked_at is None or time.monotonic() - self.walked_at >= min_walk_gap_s:
-            return True
-        return not self.counters.would_dump()
-
-    def read(self) -> Totals:
-        if not self.ports:
-            return {}
-        with contextlib.suppress(OSError, AttributeError):  # AttributeError: no AF_NETLINK here
-            dumps = self.counters.dumps
-            totals = self.counters.read()
-            if self.counters.dumps != dumps:
-                self.walked_at = time.monotonic()
-            return totals
-        self.walked_at = time.monotonic()
-        return _ss_socket_bytes(self.ports)
-
-
-def kernel_readable() -> bool:
-    """Whether open sockets' bytes can be read at all (netlink, else ``ss``)."""
-    try:
-        socket_bytes({})
-    except (OSError, AttributeError):
-        return shutil.which("ss") is not None
-    return True
-
-
-def _ss_socket_bytes(ports: Mapping[int, str]) -> Totals:
+    listen port (Toxiproxy's accepted side), summed per link, as ``ss -tin`` reports them.
+    Empty when ``ss`` is not installed."""
     ss = shutil.which("ss")
-    if ss is None:
+    if ss is None or not ports:
         return {}
     wanted = " or ".join(f"sport = :{port}" for port in ports)
     done = subprocess.run(
@@ -195,81 +141,64 @@ def rates_from_samples(samples: Iterable[Snapshot]) -> LinkRates:
 
 
 class LinkMeter:
-    """``with LinkMeter(topology): ...`` samples every link's bytes every ``interval_s``;
-    :meth:`rates` turns the series into :class:`LinkRates`.
+    """Every link's bytes so far, one point at a time: Toxiproxy's counters (closed
+    connections) plus ``ss``'s (open ones); :meth:`rates` turns the series into
+    :class:`LinkRates`. The probe hands it each of its samples (:meth:`add_sample`); alone,
+    ``with LinkMeter(topology):`` takes a point every ``interval_s`` in a thread."""
 
-    With a ``source`` (the probe's sampler, which meters the links in its own process: see
-    ``evidence/sampler.py``), the test process pays nothing while the test runs and asks for
-    the series when it draws it. Without one (the first probe of a process waits for its
-    sampler's imports, and this meter samples from the start), it samples in a thread here.
-    """
-
-    def __init__(
-        self,
-        topology: Topology,
-        interval_s: float = 0.25,
-        *,
-        maxlen: int = 4000,
-        source: SeriesSource | None = None,
-    ) -> None:
+    def __init__(self, topology: Topology, interval_s: float = 1.0, *, maxlen: int = 4000) -> None:
         self.topology = topology
         self.interval_s = interval_s
-        self.maxlen = maxlen
         self.errors = 0
         self._ports = {link.listen_port: name for name, link in topology.links.items()}
-        self._kernel = OpenSocketBytes(self._ports)
-        self._series: list[tuple[float, Totals]] = []
+        self._series: deque[tuple[float, Totals]] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._source = source
 
-    def closed_counters(self) -> dict[str, dict[str, float]]:
-        """Toxiproxy's per-link counters (the closed connections' bytes)."""
-        return link_bytes(self.topology, timeout_s=1.0)
-
-    def sample(self) -> tuple[float, Totals]:
-        """One point, taken here and now, added to the series."""
-        closed = self.closed_counters()
-        live = self._kernel.read()
-        point = (time.time(), add_counters(closed, live))
+    def add(self, closed: Mapping[str, Mapping[str, float]] | None) -> None:
+        """A point from Toxiproxy's counters just read (None: they did not answer) and the
+        open sockets' bytes read now. A failure is counted, never raised."""
+        try:
+            if closed is None:
+                raise ValueError("Toxiproxy's counters did not answer")
+            point = (time.time(), add_counters(closed, open_socket_bytes(self._ports)))
+        except Exception:
+            self.errors += 1
+            return
         with self._lock:
             self._series.append(point)
-            del self._series[: max(0, len(self._series) - self.maxlen)]
-        return point
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                if self._kernel.due(LINK_WALK_GAP_S):
-                    self.sample()
-            except Exception:  # a meter must never take the test down; count and go on
-                self.errors += 1
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+    def add_sample(self, sample: Snapshot) -> None:
+        """A point from a probe sample's Toxiproxy counters, with the open sockets' now."""
+        read = sample.observed is not None and LINK_JOB not in sample.unanswered
+        self.add(sample.observed.traffic if read and sample.observed else None)
 
-    def _fetch(self, timeout_s: float = 5.0) -> None:
-        """The source's series and error count so far, kept here."""
-        answer = self._source(timeout_s) if self._source is not None else None
-        if answer is None:
-            return  # it died or hung: what was fetched before stays (never the test's error)
-        errors, series = answer
-        with self._lock:
-            self.errors, self._series = errors, series
+    def sample(self) -> None:
+        """One point, taken here and now."""
+        try:
+            closed: dict[str, dict[str, float]] | None = link_bytes(self.topology, timeout_s=1.0)
+        except Exception:
+            closed = None
+        self.add(closed)
 
     def series(self) -> list[tuple[float, Totals]]:
-        self._fetch()
         with self._lock:
             return list(self._series)
 
     def rates(self) -> LinkRates:
-        # Without netlink or ss the open connections are unseen: say so rather than claim both.
-        unseen = f"{SOURCE_TOXIPROXY}; no netlink, ss not found"
-        source = SOURCE_BOTH if kernel_readable() else unseen
-        return rates(self.series(), source)
+        # Without ss the open connections are unseen: say so rather than claim both.
+        found = shutil.which("ss") is not None
+        return rates(self.series(), SOURCE_BOTH if found else f"{SOURCE_TOXIPROXY}; ss not found")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def start(self) -> Self:
-        if self._thread is None and self._source is None:
+        if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="wedge-linkmeter", daemon=True)
             self._thread.start()
         return self
@@ -278,9 +207,6 @@ class LinkMeter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        if self._source is not None:
-            self._fetch(timeout_s)  # the last series: rates() after the stop still draws it
-            self._source = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -1,14 +1,11 @@
 """Load: the harness, stray requesters, aborting clients, and the client ledger they share.
 
-Depends on nothing else in pytest_wedge and never imports pytest: it takes plain base URLs.
-"""
+It takes plain base URLs and imports nothing else of pytest_wedge, nor pytest."""
 
 from pytest_wedge.load.aborts import Aborter
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.client import send_chat, tag_request
-from pytest_wedge.load.exchange import PoolGauge, new_aiohttp_session, new_httpx_client
-from pytest_wedge.load.harness import Harness
-from pytest_wedge.load.ledger import (
+from pytest_wedge.load.chat_request import send_chat, tag_request
+from pytest_wedge.load.client_ledger import (
     FAILED_STATES,
     FINAL_STATES,
     PHASES,
@@ -20,6 +17,8 @@ from pytest_wedge.load.ledger import (
     RequestRecord,
     State,
 )
+from pytest_wedge.load.exchange import PoolGauge, new_aiohttp_session, new_httpx_client
+from pytest_wedge.load.harness import Harness
 from pytest_wedge.load.lost import LostRequestsError, assert_nothing_lost, summary_table
 from pytest_wedge.load.stray import StrayRequester
 

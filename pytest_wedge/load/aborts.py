@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.chat_request import send_chat
+from pytest_wedge.load.client_ledger import ClientLedger
 from pytest_wedge.load.exchange import ChatClient
-from pytest_wedge.load.ledger import ClientLedger
 
 
 class Aborter(BackgroundLoad):

@@ -1,11 +1,7 @@
 """Lifecycle shared by every load: its own thread, its own event loop, one shared HTTP client.
 
-A load runs beside a synchronous test, so it needs a thread; it must also never outlive its
-bounds or leave a request without a final state, whatever the servers do.
-
-The client is aiohttp unless the load's pool is the subject: a ``max_connections`` or a
-``pool_timeout_s`` (incident 6) picks httpx, whose pool limits and pool timeout are what
-that incident reproduces; ``client=`` chooses explicitly.
+The client is aiohttp unless the load's pool is the subject: ``max_connections`` or
+``pool_timeout_s`` (incident 6) picks httpx; ``client=`` chooses explicitly.
 """
 
 from __future__ import annotations
@@ -21,13 +17,13 @@ from typing import Literal, Self, get_args
 
 import httpx
 
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import (
     ChatClient,
     PoolGauge,
     new_aiohttp_session,
     new_httpx_client,
 )
-from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 _load_numbers = itertools.count()
 ClientKind = Literal["auto", "aiohttp", "httpx"]

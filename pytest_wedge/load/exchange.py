@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from pytest_wedge.load.ledger import RequestRecord, State
+from pytest_wedge.load.client_ledger import RequestRecord, State
 
 ChatClient = httpx.AsyncClient | aiohttp.ClientSession
 

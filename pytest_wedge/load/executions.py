@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.load.ledger import RequestRecord
+from pytest_wedge.load.client_ledger import RequestRecord
 
 FIX = (
     "the router replayed attempts a decode had already run: smg re-sends a failed PD attempt "

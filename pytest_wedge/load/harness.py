@@ -1,14 +1,8 @@
 """The harness: agents doing rounds of tool calls, the load that wedged in the incidents.
 
-Each agent sends one chat completion per round, sequentially, with a growing history, as a
-multi-agent tool harness does. All agents share one HTTP client: aiohttp by default, where each
-agent in effect keeps its own connection; with ``max_connections`` or ``pool_timeout_s`` one
-httpx pool, which is half of incident 6.
-
-The prompts come from one Faker per load: each agent writes its whole script (tools, prompts,
-every round's tool call and result) at once, seeded by (seed, agent), before it sends
-anything. A Faker per agent cost the load thread more than sending did, and every agent's
-first request waited for all of them to be built.
+Each agent sends one chat completion per round, sequentially, with a growing history. Its
+whole script comes from one Faker per load, seeded by (seed, agent): a Faker per agent cost
+the load thread more than sending did.
 """
 
 from __future__ import annotations
@@ -22,9 +16,9 @@ from typing import Any
 from faker import Faker
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.chat_request import send_chat
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
-from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 RETRYABLE_STATES = frozenset({"error", "timeout"})
 

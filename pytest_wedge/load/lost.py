@@ -1,7 +1,4 @@
-"""What the client ledger says when requests were lost: the headline, the table, the fix.
-
-Split from ``ledger.py``, which keeps the records and the questions asked of them.
-"""
+"""The lost-requests check: ``assert_nothing_lost``, its error, and the table it prints."""
 
 from __future__ import annotations
 
@@ -9,7 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from pytest_wedge.load.ledger import ClientLedger, RequestRecord
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 
 
 def _when(ts: float | None, since: float) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 from faker import Faker
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.client import send_chat
+from pytest_wedge.load.chat_request import send_chat
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
-from pytest_wedge.load.ledger import ClientLedger, RequestRecord
 
 
 class StrayRequester(BackgroundLoad):

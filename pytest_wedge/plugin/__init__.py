@@ -17,8 +17,8 @@ import pytest
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.plugin import console, hookspecs
 from pytest_wedge.plugin import items as scenario_items
-from pytest_wedge.plugin.config import SETTINGS
 from pytest_wedge.plugin.grouping import ShapeGrouping
+from pytest_wedge.plugin.settings import SETTINGS
 from pytest_wedge.plugin.state import (
     HANDLES_KEY,
     PLUGIN_KEY,

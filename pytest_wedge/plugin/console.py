@@ -25,7 +25,7 @@ PROGRESS_AFTER_S = 1.0
 
 def header_lines(config: pytest.Config) -> list[str]:
     """``wedge:`` lines for pytest's header: runtime, router, Toxiproxy and artifacts."""
-    from pytest_wedge.topology.tools import binary_version, package_version, smg_path
+    from pytest_wedge.runtime.binaries import binary_version, package_version, smg_path
 
     plugin = config.stash.get(PLUGIN_KEY, None)
     if plugin is None:

@@ -1,22 +1,12 @@
 """pytest-xdist: tests that share a topology shape run on one worker.
 
-A worker's session caches running topologies by shape, so a shape costs one bring-up per
-worker that runs any test of it. Spread by ``--dist load``, every worker brings up most shapes
-(and, past the session's three cached topologies, some of them again). Instead, with ``-n N``:
-
-- each worker tells the controller the shape of every scenario item and every test using the
-  ``wedge`` fixture (:func:`pytest_wedge.spec.shape.shape_id`); a test's own
-  ``xdist_group`` mark names its group instead;
-- the controller schedules with :class:`ShapeScheduling`, xdist's ``loadscope`` scheduler with
-  the shape as the scope: a shape's tests go to one worker as a whole, so each shape is brought
-  up once per run. Tests without a shape are scheduled one by one, as ``--dist load`` does.
-
-This is the default when the user did not choose ``--dist``, and it also serves an explicit
-``--dist loadgroup``; any other ``--dist`` is kept. xdist's own loadgroup tags node ids with
-``@group`` on the workers, which pytest 9.2's structured node ids silently ignore
-(pytest-dev/pytest-xdist#1386), so the groups travel beside the node ids instead: each worker
-writes its map to a directory the controller names in ``workerinput`` (popen workers share the
-controller's file system; a worker that cannot write it leaves its tests ungrouped).
+A worker caches running topologies by shape, so with ``-n N`` each worker sends the
+controller the shape of every wedge item (:func:`pytest_wedge.spec.shape.shape_id`; an
+``xdist_group`` mark wins), and :class:`ShapeScheduling` (xdist's ``loadscope`` with the shape
+as the scope) sends a shape's tests to one worker: each shape is brought up once per run.
+This is the default without ``--dist`` and serves ``--dist loadgroup``. The groups travel in
+files beside the node ids, in a directory named in ``workerinput``, because pytest 9.2's
+structured node ids drop xdist's ``@group`` tags (pytest-dev/pytest-xdist#1386).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""pytest glue for ``--wedge-scenarios``: the catalog as collected test items.
+"""``--wedge-scenarios``: the catalog as collected test items.
 
-The catalog is one virtual collector under the session, so every scenario's node id is
-``wedge-scenarios::NAME`` wherever the package is installed (site-packages, an editable
-checkout, a user's scenario directory). Such an id also works as a command-line argument:
-``pytest wedge-scenarios::NAME`` runs that scenario, like ``--wedge-scenarios=NAME``.
-
-Which tests run:
-
-- ``--wedge-scenarios[=NAMES]`` (or ``PYTEST_WEDGE_SCENARIOS``) without test paths runs only
-  the catalog; with test paths, both.
-- ``wedge_scenarios`` in the ini file adds the catalog to the run pytest makes without test
-  paths (its ``testpaths``, or the current directory), the way ``testpaths`` itself works;
-  test paths on the command line narrow the run to them.
+One virtual collector under the session, so a scenario's node id is ``wedge-scenarios::NAME``
+wherever the package is installed, and works as a command-line argument. Without test paths
+``--wedge-scenarios[=NAMES]`` (or ``PYTEST_WEDGE_SCENARIOS``) runs only the catalog, with them
+both; the ini's ``wedge_scenarios`` adds the catalog to a run without test paths.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""The wedge report of a failed, timed-out or interrupted test: the moment it shows, the
-diagnosis, watchdogs and artifacts.
+"""The wedge report of a failed, timed-out or interrupted test.
 
-The report shows the evidence *at the moment of failure*, never a later one that could
-contradict the failed assertion:
-
-1. the moment taken when the failing exception left a ``with wedge.fault(...)`` block, before
-   the fault was reverted;
-2. else, when the failure carries the diagnosis it is about (a scenario's), the test's own
-   ``diagnose()`` that produced it;
-3. else, a snapshot now: the call phase has just ended and teardown has not reverted anything.
-
-The test's last ``diagnose()`` is shown too, with its own moment, and flagged when it differs.
-The diagnosis is the blind locator's (what an operator would see), with its confidence; the
-oracle runs on the same snapshot and is shown when the two disagree.
-
-Everything here is best effort: a report must never turn a test failure into an internal
-error, so each part that cannot be had is named in the report instead.
+It shows the evidence *at the moment of failure*: the moment taken when the exception left a
+``with wedge.fault(...)`` block; else the test's own ``diagnose()`` the failure carries; else a
+snapshot now, before teardown reverts anything. The diagnosis is the blind locator's, and the
+oracle's is shown when they disagree. Best effort: a part that cannot be had is named in the
+report, never turned into an internal error.
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
 from pytest_wedge.topology.what_ran import describe_components, not_proxied
-from pytest_wedge.watchdogs.kinds import watchdog_report
+from pytest_wedge.watchdogs.watchdog import watchdog_report
 
 ARTIFACT_FILES = "diagnosis.json, ledgers/, logs/, stacks.txt, timeline.html"
 

@@ -1,18 +1,9 @@
 """One artifacts folder per run, like pytest's ``tmp_path``: ``run-N``, a ``latest`` link, and
-only the newest runs kept.
+only the newest runs kept (``.gitignore`` ``*`` at the top).
 
-Layout of the artifacts directory::
-
-    .gitignore            "*": artifacts never end up in a commit
-    latest -> run-7       the newest run
-    run-7/                this run: component logs per xdist worker, tests/<test id>/...
-    run-6/ run-5/         older runs, removed beyond the number kept
-
-A run folder holds a ``.lock`` naming the process that owns the run (``pid start``) while
-the run lasts, so a run that starts while another is still going never removes the folder under
-its feet. The folder is made on first use, so a run without wedge tests makes none. Under
-pytest-xdist the owner is the controller: the first worker that needs the folder makes it, and
-the others find it by that owner (``.runs.lock`` serialises them).
+A run folder's ``.lock`` names the process that owns the run (``pid start``), so a run never
+removes a folder still in use. It is made on first use; under xdist the controller owns it
+and the workers find it by that owner (``.runs.lock`` serialises them).
 """
 
 from __future__ import annotations

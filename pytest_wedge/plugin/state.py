@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.plugin.config import SETTINGS, Resolved, resolve
+from pytest_wedge.plugin.settings import SETTINGS, Resolved, resolve
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
     from pytest_wedge.plugin.marker import MarkerArgs
+    from pytest_wedge.runtime.binaries import FoundToxiproxy
     from pytest_wedge.spec.topology import TopologySpec
     from pytest_wedge.topology.session import WedgeSession
-    from pytest_wedge.topology.toxiproxy import FoundToxiproxy
 
 # The topology, the handle and their HTTP clients are imported when a test first needs them:
 # this module is loaded with the plugin, in every pytest run of an environment that has it.
@@ -65,7 +65,7 @@ class WedgePlugin:
         """toxiproxy-server by the discovery order; an ini path is relative to the ini file,
         and nothing depends on the working directory but a relative path given to the option
         or the environment variable (see ``locate_toxiproxy``)."""
-        from pytest_wedge.topology.toxiproxy import locate_toxiproxy
+        from pytest_wedge.runtime.binaries import locate_toxiproxy
 
         setting = self.settings["wedge_toxiproxy"]
         source = {"command line": "--wedge-toxiproxy"}.get(setting.source, setting.source)
@@ -78,16 +78,19 @@ class WedgePlugin:
         )
 
     def _check_artifacts_dir(self) -> None:
-        setting = self.settings["wedge_artifacts"]
         try:
-            Path(setting.value).mkdir(parents=True, exist_ok=True)
+            Path(self.value("wedge_artifacts")).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(
-                f"Cannot create the artifacts directory {setting.value!r}",
-                facts={"from": setting.source, "error": exc},
-                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
-                "this user can create and write",
-            ) from exc
+            raise self._unwritable("the artifacts directory", exc) from exc
+
+    def _unwritable(self, what: str, exc: OSError) -> ConfigError:
+        setting = self.settings["wedge_artifacts"]
+        return ConfigError(
+            f"Cannot create {what} {setting.value!r}",
+            facts={"from": setting.source, "error": exc},
+            fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
+            "this user can create and write",
+        )
 
     def run_owner(self) -> tuple[str, Path]:
         """Who owns this run's folder and where it goes: this process, or, in an xdist
@@ -106,16 +109,10 @@ class WedgePlugin:
         from pytest_wedge.plugin.run_folders import make_run_dir
 
         owner, base = self.run_owner()
-        setting = self.settings["wedge_artifacts"]
         try:
             self._run_dir = make_run_dir(base, self.value("wedge_keep_runs"), owner=owner)
         except OSError as exc:
-            raise ConfigError(
-                f"Cannot create this run's folder in the artifacts directory {setting.value!r}",
-                facts={"from": setting.source, "error": exc},
-                fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
-                "this user can create and write",
-            ) from exc
+            raise self._unwritable("this run's folder in the artifacts directory", exc) from exc
         return self._run_dir
 
     def session(self, runtime: str | None = None) -> WedgeSession:
@@ -226,7 +223,7 @@ def with_default_router(spec: TopologySpec, kind: str) -> TopologySpec:
     """``spec`` on the ``--wedge-router`` kind, when it runs the default router (smg)."""
     import dataclasses
 
-    from pytest_wedge.routers.kinds import RouterSpec
+    from pytest_wedge.routers.router_spec import RouterSpec
 
     if spec.router != RouterSpec() or kind == "smg":
         return spec

@@ -6,12 +6,12 @@ import inspect
 import sys
 
 from pytest_wedge.faults import FAULT_REGISTRY, Fault
-from pytest_wedge.faults.registry import legacy_target_keywords
 from pytest_wedge.reference.introspect import Entry, field_entries, own_docstring
 from pytest_wedge.reference.markdown import code, entry_table, page, prose, table
 
-# The order a request meets them: the network, the components, the engines inside them.
-FAMILIES = ("network", "component", "engine")
+# Each fault module's family, in the order a request meets them: the network, the components,
+# the engines inside them.
+FAMILIES = {"network": "network", "process_actions": "component", "engine": "engine"}
 
 INTRO = """\
 Every fault kind that ships with pytest-wedge, from its registry
@@ -69,9 +69,6 @@ def _facts(cls: type[Fault]) -> list[str]:
     roles = getattr(cls, "roles", None)
     if isinstance(roles, tuple):
         facts.append(f"applies to {' and '.join(roles)} workers")
-    aliases = legacy_target_keywords(cls)
-    if aliases:
-        facts.append("deprecated spelling of `target`: " + ", ".join(f"`{a}=`" for a in aliases))
     return facts
 
 
@@ -98,13 +95,19 @@ def _summary() -> list[str]:
         package_faults().items(), key=lambda kv: _family_order(kv[1].__module__)
     ):
         first = prose(own_docstring(cls)).split("\n\n")[0].split(". ")[0].rstrip(".")
-        rows.append((f"[`{name}`](#{name.lower()})", cls.__module__.rpartition(".")[2], first))
+        rows.append((f"[`{name}`](#{name.lower()})", _family(cls.__module__), first))
     return table(("kind", "family", "what it does"), rows)
 
 
+def _family(module: str) -> str:
+    basename = module.rpartition(".")[2]
+    return FAMILIES.get(basename, basename)
+
+
 def _family_order(module: str) -> int:
-    family = module.rpartition(".")[2]
-    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
+    order = list(FAMILIES.values())
+    family = _family(module)
+    return order.index(family) if family in order else len(order)
 
 
 def render() -> str:
@@ -115,7 +118,7 @@ def render() -> str:
     for module in sorted(by_module, key=_family_order):
         classes = by_module[module]
         body += [
-            f"## {module.rpartition('.')[2].capitalize()} faults",
+            f"## {_family(module).capitalize()} faults",
             "",
             prose(_module_title(module)),
             "",

@@ -11,7 +11,7 @@ from pytest_wedge.load import (
     RequestRecord,
     StrayRequester,
 )
-from pytest_wedge.load.ledger import LEDGER_FORMAT, LEDGER_VERSION, PHASES
+from pytest_wedge.load.client_ledger import LEDGER_FORMAT, LEDGER_VERSION, PHASES
 from pytest_wedge.load.meanings import (
     FIELD_MEANINGS,
     OPTION_MEANINGS,
@@ -30,7 +30,6 @@ LOADS: tuple[tuple[type[BackgroundLoad], str, str], ...] = (
         "[[load.aborter]]",
     ),
 )
-NOT_IN_SCENARIOS = ("base_url", "ledger")
 
 HARNESS_INTRO = """\
 Every option of the three loads, read from their constructors. A load is bounded twice: by a

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from pytest_wedge.evidence.metric_meanings import METRIC_MEANINGS, MetricMeaning
-from pytest_wedge.evidence.parse import ENGINE_COUNTERS, STUB_GAUGES
+from pytest_wedge.evidence.metric_names import COUNTERS, GAUGES
 from pytest_wedge.reference.markdown import code, page, table
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -49,8 +49,8 @@ other) in a test. The meanings are one table in the code,
 
 def metric_names_read(package: Path = PACKAGE) -> set[str]:
     """Every metric name the package (outside the stub workers) reads."""
-    found = {f"sglang:{gauge}" for gauge in STUB_GAUGES}
-    found |= {f"sglang:{counter}_total" for counter in ENGINE_COUNTERS}
+    found = {f"sglang:{gauge}" for gauge in GAUGES}
+    found |= {f"sglang:{counter}_total" for counter in COUNTERS}
     for path in sorted(package.rglob("*.py")):
         if path.relative_to(package).as_posix().startswith(NOT_READERS):
             continue

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pytest_wedge.plugin.config import SETTINGS, Setting
+from pytest_wedge.plugin.settings import SETTINGS, Setting
 from pytest_wedge.reference.markdown import code, page, table
 
 INTRO = """\
 The plugin's settings, from the one table the plugin registers them from
-(`pytest_wedge.plugin.config.SETTINGS`). Each is resolved once: marker > command line >
+(`pytest_wedge.plugin.settings.SETTINGS`). Each is resolved once: marker > command line >
 environment > ini > default. The load options of a test are on
 [harness.md](harness.md)."""
 

@@ -1,18 +1,10 @@
-"""Cached, isolated environments for pinned router packages, created on first use.
+"""Cached, isolated venvs for pinned router packages, made on first use.
 
-sglang-router ships its own ``smg`` console script, so it cannot share a venv with the ``smg``
-package; vllm-router is kept apart the same way. Like pre-commit and nox, each pinned package
-gets its own venv under a cache directory, keyed by package and version, made once and then
-reused by every run and every xdist worker:
-
-    $PYTEST_WEDGE_ENV_DIR, else $XDG_CACHE_HOME/pytest-wedge/envs, else ~/.cache/pytest-wedge/envs
-        sglang-router-0.3.2/    the venv
-        sglang-router-0.3.2.lock
-
-A ready venv holds a ``.pytest-wedge-env.json`` marker, written last; without it the folder is
-a half-made leftover and is made again. Creation holds an exclusive ``fcntl`` lock on the
-``.lock`` file, so two xdist workers that start together make it once: the second waits, then
-sees the marker and installs nothing.
+sglang-router ships its own ``smg`` script, so it cannot share a venv with ``smg``. Each pinned
+package gets a venv under ``$PYTEST_WEDGE_ENV_DIR``, else ``$XDG_CACHE_HOME/pytest-wedge/envs``,
+else ``~/.cache/pytest-wedge/envs``, named ``PACKAGE-VERSION``. A ``.pytest-wedge-env.json``
+marker, written last, says it is ready; an ``fcntl`` lock on ``PACKAGE-VERSION.lock`` makes two
+xdist workers that start together make it once.
 """
 
 from __future__ import annotations

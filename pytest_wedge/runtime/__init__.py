@@ -1,7 +1,16 @@
-"""How components run: local processes (default) or Docker containers, behind one protocol."""
+"""How components run: local processes (default) or Docker containers, behind one protocol.
 
-from pytest_wedge.errors import AlreadyRunningError, ComponentControlError
-from pytest_wedge.runtime.base import ComponentState, Runtime, wait_ready
+The names below load on first use: the plugin's header reads ``runtime.binaries`` in every
+pytest run, and the readiness loop would bring httpx with it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_wedge.errors import AlreadyRunningError, ComponentControlError
+    from pytest_wedge.runtime.interface import ComponentState, Runtime, wait_ready
 
 __all__ = [
     "AlreadyRunningError",
@@ -11,6 +20,18 @@ __all__ = [
     "make_runtime",
     "wait_ready",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AlreadyRunningError", "ComponentControlError"):
+        from pytest_wedge import errors
+
+        return getattr(errors, name)
+    if name in ("ComponentState", "Runtime", "wait_ready"):
+        from pytest_wedge.runtime import interface
+
+        return getattr(interface, name)
+    raise AttributeError(f"module 'pytest_wedge.runtime' has no attribute {name!r}")
 
 
 def make_runtime(name: str, artifacts_dir: str, session_id: str) -> Runtime:

@@ -1,18 +1,10 @@
 """The docker runtime: each component one host-networked container, driven by docker-py.
 
-Containers run the same command lines as the process runtime, from an image assembled from
-this host's files (see :mod:`pytest_wedge.runtime.images`). Host networking keeps every port on
-127.0.0.1, so Toxiproxy, smg and the stubs address each other exactly as they do as processes.
-
-The engine may be remote (``DOCKER_HOST=tcp://...`` with TLS; docs/scaling.md), so nothing here
-assumes the engine shares this machine's file system or PIDs: the image goes to the engine as a
-tar stream through the API, logs come back through the API, nothing is bind-mounted, and host
-PIDs (for py-spy and /proc) are used only when the engine is reached over a local socket.
-
-``start`` hands create+start to a thread pool and returns, so a topology's workers start in
-parallel; every other call on that component first waits for its start to finish, which is
-also where a failed start is raised. Logs are followed into ``logs/<name>.log`` under the
-artifacts directory, so they survive the container's removal.
+Containers run the process runtime's command lines from an image of this host's files
+(``runtime/images.py``); host networking keeps every port on 127.0.0.1. The engine may be
+remote (``DOCKER_HOST=tcp://...``): the image and the logs travel through the API, nothing is
+bind-mounted, and host PIDs are used only when the engine is local. ``start`` returns at once;
+every other call on that component first waits for its start, and raises its failure.
 """
 
 from __future__ import annotations
@@ -29,18 +21,9 @@ from typing import Any
 
 import psutil
 
-from pytest_wedge.errors import (
-    AlreadyRunningError,
-    ComponentControlError,
-    ComponentStartError,
-)
-from pytest_wedge.runtime.base import (
-    OWNER_ENV,
-    SESSION_ENV,
-    ComponentState,
-    LogFiles,
-)
+from pytest_wedge.errors import AlreadyRunningError, ComponentControlError, ComponentStartError
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect, local_engine
+from pytest_wedge.runtime.interface import OWNER_ENV, SESSION_ENV, ComponentState, LogFiles
 from pytest_wedge.runtime.owner_tags import owner_alive, owner_tag
 from pytest_wedge.runtime.programs import check_bare_name, in_image, program_roots
 from pytest_wedge.spec.topology import ComponentSpec
@@ -99,8 +82,6 @@ class DockerRuntime(LogFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, component: ComponentSpec) -> None:
-        """Start ``component`` in a new container. A name that is starting, running or paused
-        raises AlreadyRunningError, as in the process runtime; ``restart`` replaces one."""
         if self._is_up(component.name):
             raise AlreadyRunningError(
                 f"Cannot start {component.name}: it is already running",
@@ -179,8 +160,7 @@ class DockerRuntime(LogFiles):
         return self._containers.get(name)
 
     def _is_up(self, name: str) -> bool:
-        """Starting, running or paused; unlike ``state`` it never raises an earlier failed
-        start, which a new start is allowed to retry."""
+        """Starting, running or paused; never raises an earlier failed start (a retry's)."""
         import docker.errors
 
         pending = self._pending.get(name)
@@ -218,8 +198,7 @@ class DockerRuntime(LogFiles):
 
     @contextlib.contextmanager
     def _acting(self, name: str, action: str, container: Any) -> Iterator[None]:
-        """A docker call on ``name``'s container. Gone or already stopped is what the action
-        wanted anyway; any other failure means it (often a fault) did not happen: raised."""
+        """Gone or already stopped is what the action wanted; any other failure is raised."""
         import docker.errors
         import requests.exceptions
 
@@ -282,10 +261,8 @@ class DockerRuntime(LogFiles):
 
     # -- introspection ---------------------------------------------------------------------
     def pid(self, name: str) -> int | None:
-        """The host PID of the program, for py-spy and /proc; not docker-init's PID 1.
-
-        None on an engine reached over TCP: its PIDs belong to the engine's host, and a
-        PID of this machine that happens to match would be a stranger's process."""
+        """The program's host PID (not docker-init's); None on an engine reached over TCP,
+        whose PIDs are not this machine's."""
         if not self._local_pids:
             return None
         container = self._reload(name)
@@ -331,23 +308,17 @@ class DockerRuntime(LogFiles):
 
 
 def package_path() -> dict[str, str]:
-    """``PYTHONPATH`` for the containers when this pytest_wedge is not the venv's own (an
-    editable install, or a checkout on ``PYTHONPATH``): the image carries the running package
-    at its host path (``images.source_roots``), and the stubs must import that one."""
-    import pytest_wedge
-
-    package = Path(pytest_wedge.__file__).resolve().parent
+    """``PYTHONPATH`` when this pytest_wedge is not the venv's own (an editable install): the
+    image carries the running package at its host path, and the stubs must import that one."""
+    package = Path(__file__).resolve().parents[1]
     if package.is_relative_to(Path(sys.prefix)):
         return {}
     return {"PYTHONPATH": str(package.parent)}
 
 
 def sweep_containers(client: Any = None) -> list[str]:
-    """Remove containers of pytest-wedge sessions whose owning pytest is gone.
-
-    Only containers with our session label are looked at, and only those whose owner label was
-    written in this PID namespace can be judged; a live owner's containers are left alone.
-    """
+    """Remove containers of pytest-wedge sessions whose owning pytest is gone (judged only
+    for owners in this PID namespace)."""
     own_client = client is None
     client = client or connect()
     here = pid_namespace()

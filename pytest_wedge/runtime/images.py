@@ -1,16 +1,10 @@
 """Offline images for the docker runtime: a root filesystem taken from this host's own files.
 
-No registry is reachable where this runs, so nothing can be pulled. Instead the venv (smg,
-py-spy, the stubs), the CPython it links to, the pytest_wedge sources, the Toxiproxy binary,
-the venv of a router kind that runs from its own (copied as made on the host, so the pinned
-version is the one the process runtime runs) and the ``ldd`` closure of every ELF file among
-them are written into one tar stream and loaded with ``docker import``. Every file keeps its
-absolute host path, because venv shebangs, ``pyvenv.cfg home=`` and RUNPATHs all point at it;
-that is also why the component command lines of the process runtime work unchanged in a
-container.
-
-The tag is a hash of the file list with sizes and mtimes, so an unchanged tree is built once
-and later sessions only look the tag up.
+Nothing can be pulled, so the venv, the CPython it links to, the package, Toxiproxy, a router's
+own venv and the ``ldd`` closure of their ELF files go into one tar stream for ``docker
+import``. Every file keeps its absolute host path (shebangs, ``pyvenv.cfg`` and RUNPATHs point
+at it), so the process runtime's command lines work unchanged. The tag hashes the file list
+with sizes and mtimes: an unchanged tree is built once.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.runtime.binaries import find_toxiproxy
 from pytest_wedge.runtime.programs import CONTAINER_PATH
 
 REPOSITORY = "pytest-wedge-local"
@@ -82,8 +77,6 @@ def _walk(root: Path, skip: Iterable[Path] = ()) -> Iterator[str]:
 
 def source_roots(extra: Iterable[str] = ()) -> tuple[list[Path], list[Path]]:
     """(roots to copy, subtrees to skip) for the interpreter running this process."""
-    import pytest_wedge
-
     prefix, base = Path(sys.prefix), Path(sys.base_prefix)
     roots = [prefix]
     skip: list[Path] = []
@@ -95,7 +88,7 @@ def source_roots(extra: Iterable[str] = ()) -> tuple[list[Path], list[Path]]:
         skip += list((libdir / "lib-dynload").glob("_tkinter*"))  # pulls in X11 and Tk
         skip += [base / "include", base / "share"]
     skip += _dev_only_files()
-    package = Path(pytest_wedge.__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     if not package.is_relative_to(prefix):  # an editable install points at the checkout
         roots.append(package)
     roots += [Path(os.path.abspath(e)) for e in extra]
@@ -278,17 +271,11 @@ def default_extras() -> list[str]:
     """Programs every image carries besides the venv: the interpreter by the path the stubs'
     command lines name (a symlinked venv reaches it by another path than ``sys.prefix``; without
     it here, the first stub would cost a second image), and the project's Toxiproxy."""
-    from pytest_wedge.topology.toxiproxy import find_toxiproxy
 
     extras = [sys.executable]
     with contextlib.suppress(Exception):
         extras.append(find_toxiproxy(None, Path(__file__).resolve().parents[2]))
     return extras
-
-
-def forget_lookups() -> None:
-    """Forget which images this process already looked up (a benchmark forcing a rebuild)."""
-    _cache.clear()
 
 
 def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:

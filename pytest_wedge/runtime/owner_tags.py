@@ -9,7 +9,7 @@ import os
 
 import psutil
 
-from pytest_wedge.runtime.base import OWNER_ENV
+from pytest_wedge.runtime.interface import OWNER_ENV
 
 # A start given as a wall-clock time (psutil's create_time, where /proc has no start ticks)
 # matches within this much: it is the boot time plus the start ticks, and the boot time moves

@@ -1,10 +1,8 @@
-"""The process runtime's side of the stub fork server (``pytest_wedge.stubs.forkserver``).
+"""The runtime's client of the stub fork server (``pytest_wedge.stubs.forkserver``).
 
-One fork server per runtime and interpreter has imported the stub worker's modules once and
-forks a worker per request, so a worker is up in milliseconds instead of a quarter of a second
-of imports, and shares the imported pages copy-on-write. The workers are the server's
-children, not ours, so the server reports each one's end and :class:`ForkedProcess` offers
-what the runtime uses of ``subprocess.Popen``: ``pid``, ``poll()`` and ``wait()``.
+The workers are the server's children, not ours, so the server reports each one's end and
+:class:`ForkedProcess` offers what the runtime uses of ``subprocess.Popen``: ``pid``,
+``poll()`` and ``wait()``. Used through ``runtime/launcher.py``.
 """
 
 from __future__ import annotations
@@ -18,31 +16,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from pytest_wedge.errors import ComponentStartError, PortInUseError
 from pytest_wedge.stubs.listen_fds import LISTEN_FDS_ENV, format_listen_fds
 
-STUB_MODULE = "pytest_wedge.stubs"
 SERVER_MODULE = "pytest_wedge.stubs.forkserver"
 # The server imports aiohttp before its first answer: generous, since a loaded CI box is slow.
 FIRST_FORK_TIMEOUT_S = 60.0
-
-
-class Proc(Protocol):
-    """What the runtime needs of a child: ``subprocess.Popen`` and :class:`ForkedProcess`."""
-
-    @property
-    def pid(self) -> int: ...
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-def stub_args(argv: Sequence[str]) -> list[str] | None:
-    """The stub's own arguments when ``argv`` is ``python -m pytest_wedge.stubs ...``."""
-    if len(argv) >= 3 and tuple(argv[1:3]) == ("-m", STUB_MODULE):
-        return list(argv[3:])
-    return None
 
 
 class ForkedProcess:
@@ -100,7 +81,7 @@ def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket
     return sockets
 
 
-class ForkServer:
+class StubForkClient:
     """One running ``pytest_wedge.stubs.forkserver`` and the workers it forked for us.
 
     ``spawn`` starts the server the way the runtime starts any component (its own process

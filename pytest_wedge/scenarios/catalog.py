@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault
+from pytest_wedge.faults.fault import Fault
 from pytest_wedge.faults.registry import FAULT_REGISTRY
 from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.scenarios.per_router import read_overrides
@@ -226,8 +226,7 @@ def load_scenario(path: Path) -> Scenario:
     for reader in top.entries("faults"):
         at_s = float(reader.take("at_s", NUMBER, 0.0))
         for_s = reader.take("for_s", NUMBER, None)
-        spellings = ("target", "component", "link", "decode")  # the last three are deprecated
-        target_key = next((k for k in spellings if k in reader.table), "kind")
+        target_key = "target" if "target" in reader.table else "kind"
         fault = _build(reader, FAULTS, "fault")
         known = [*spec.component_names, *spec.link_names()]
         if fault.target not in known:

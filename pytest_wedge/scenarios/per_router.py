@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
+from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
 from pytest_wedge.scenarios.schema import TableReader
 
 OVERRIDABLE_EXPECT = (

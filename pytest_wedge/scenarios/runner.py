@@ -1,7 +1,7 @@
 """Running one scenario on a topology handle: load, faults, location, clearing, accounting.
 
 Before it locates, a run waits for what the diagnosis needs, on the sent clock (a request's
-overdue clock starts when it is handed to the network, see ``load/ledger.py``), under the
+overdue clock starts when it is handed to the network, see ``load/client_ledger.py``), under the
 scenario's ``wedge_shows_within_s``: the wedge showing (every first-round harness request
 sent, and most of the unfinished ones held), or the harness having finished, after which
 nothing can change. A deadline that passes undecided fails the scenario, naming what it

@@ -1,8 +1,7 @@
-"""The topology: what runs (``spec``, pure data), where (``ports``), and the running thing.
+"""What runs, as pure data: the topology, its components, links, workers and the marker's keywords.
 
-``TopologySpec`` and its parts are re-exported here; ``Topology`` (the running topology),
-``WedgeSession`` and the Toxiproxy client live in their own modules and are imported from
-there, so that reading a spec never imports an HTTP client.
+Below ``runtime/``: nothing here does I/O or imports an HTTP client. The running topology is
+``topology/``.
 """
 
 from pytest_wedge.spec.names import validate_component_name, validate_link_name

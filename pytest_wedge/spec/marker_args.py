@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.kinds import RouterSpec
+from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.routers.template import split_template
 from pytest_wedge.spec.topology import StubOptions, TopologySpec
 from pytest_wedge.spec.workers import WorkerSpec, worker_spec
@@ -115,7 +115,7 @@ def router_spec(router: str | RouterSpec | Mapping[str, Any] | None) -> RouterSp
         raise ConfigError(
             f"Unknown router setting(s): {', '.join(unknown)}",
             facts={"known": ", ".join(sorted(known))},
-            fix="use only the fields of pytest_wedge.routers.kinds.RouterSpec",
+            fix="use only the fields of pytest_wedge.routers.router_spec.RouterSpec",
         )
     values = dict(router)
     if "command" in values:

@@ -11,11 +11,11 @@ rendered in a second step, once those ports are known: ``plan_links`` -> create 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import adapter
-from pytest_wedge.routers.kinds import AUTO_PROTOCOL, RouterSpec, resolve_worker_protocol
+from pytest_wedge.routers.router_spec import AUTO_PROTOCOL, RouterSpec, resolve_worker_protocol
 from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_template
 
 # Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
@@ -65,40 +65,20 @@ class StubOptions:
             )
 
     def argv(self) -> list[str]:
-        return [
-            "--model",
-            self.model,
-            "--seed",
-            str(self.seed),
-            "--itl-ms",
-            str(self.itl_ms),
-            "--prefill-ms-per-token",
-            str(self.prefill_ms_per_token),
-            "--max-running",
-            str(self.max_running),
-            "--max-queue",
-            str(self.max_queue),
-            "--max-tokens-default",
-            str(self.max_tokens_default),
-            "--inflight-pin-watchdog-s",
-            str(self.inflight_pin_watchdog_s),
-            "--transfer-timeout-s",
-            str(self.transfer_timeout_s),
-            "--bootstrap-timeout-s",
-            str(self.bootstrap_timeout_s),
-            "--prealloc-slots",
-            str(self.prealloc_slots),
-            "--slot-on-transfer-failure",
-            self.slot_on_transfer_failure,
-            "--prealloc-hold",
-            self.prealloc_hold,
-            "--bootstrap-no-progress-s",
-            str(self.bootstrap_no_progress_s),
-            # Only when not the default: the default command lines (and compose) stay as they are.
-            *(["--protocol", self.protocol] if self.protocol != "sglang" else []),
-            *([] if self.ledger else [LEDGERLESS_FLAG]),
-            *self.extra_args,
-        ]
+        """Every engine field as ``--field-name VALUE``, in the order they are declared."""
+        names = [f.name for f in fields(self) if f.name not in _NOT_FLAGS]
+        args = [str(a) for name in names for a in (_flag(name), getattr(self, name))]
+        # Only when not the default: the default command lines (and compose) stay as they are.
+        if self.protocol != "sglang":
+            args += ["--protocol", self.protocol]
+        return [*args, *([] if self.ledger else [LEDGERLESS_FLAG]), *self.extra_args]
+
+
+_NOT_FLAGS = ("protocol", "ledger", "extra_args")  # passed only when not the default
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -202,10 +182,6 @@ class LinkSpec:
         # Toxiproxy names travel in URL paths, where '>' needs escaping; keep them plain.
         return self.name.replace("->", "__to__")
 
-    @property
-    def is_transfer(self) -> bool:
-        return self.source.startswith("decode-") and self.target.startswith("prefill-")
-
 
 @dataclass(frozen=True)
 class PortPlan:
@@ -256,22 +232,7 @@ def render_components(
                 role="prefill",
                 argv=worker_argv(
                     spec.prefill_worker,
-                    (
-                        exe.python,
-                        "-m",
-                        "pytest_wedge.stubs",
-                        "--role",
-                        "prefill",
-                        "--name",
-                        p,
-                        "--host",
-                        LOOPBACK,
-                        "--port",
-                        str(ports.http[p]),
-                        "--bootstrap-port",
-                        str(ports.bootstrap[p]),
-                        *spec.stub.argv(),
-                    ),
+                    _stub_command(spec, exe, p, ports, "--bootstrap-port", str(ports.bootstrap[p])),
                     _worker_values(spec, p, ports, ports.bootstrap[p], (), exe),
                 ),
                 ready_url=f"http://{LOOPBACK}:{ports.http[p]}{spec.prefill_worker.ready_path}",
@@ -295,21 +256,7 @@ def render_components(
                 role="decode",
                 argv=worker_argv(
                     spec.decode_worker,
-                    (
-                        exe.python,
-                        "-m",
-                        "pytest_wedge.stubs",
-                        "--role",
-                        "decode",
-                        "--name",
-                        d,
-                        "--host",
-                        LOOPBACK,
-                        "--port",
-                        str(ports.http[d]),
-                        *routes,
-                        *spec.stub.argv(),
-                    ),
+                    _stub_command(spec, exe, d, ports, *routes),
                     _worker_values(spec, d, ports, None, kv_listen, exe),
                 ),
                 ready_url=f"http://{LOOPBACK}:{ports.http[d]}{spec.decode_worker.ready_path}",
@@ -321,6 +268,14 @@ def render_components(
     if router is not None:
         components.append(router)
     return components
+
+
+def _stub_command(
+    spec: TopologySpec, exe: Executables, name: str, ports: PortPlan, *extra: str
+) -> tuple[str, ...]:
+    role = name.split("-")[0]
+    head = (exe.python, "-m", "pytest_wedge.stubs", "--role", role, "--name", name)
+    return (*head, "--host", LOOPBACK, "--port", str(ports.http[name]), *extra, *spec.stub.argv())
 
 
 def worker_ports(name: str, ports: PortPlan) -> tuple[int, ...]:

@@ -1,16 +1,8 @@
-"""How a worker starts: ``WorkerSpec``, pure data (hashable, no I/O).
+"""How a worker starts: ``WorkerSpec``, pure data, one per role (``prefill_worker=``, ``decode_worker=``).
 
-- ``stub`` (default): our stub worker, with its ledger and control API unless
-  ``stub={"ledger": False}``;
-- ``command``: a command template the user writes, for their own build or a real engine
-  (``routers/template.py`` renders it). pytest-wedge starts, pauses, kills and restarts it by
-  PID, but knows only its public endpoints (``/health``, ``/metrics``, the API): it is
-  ledger-less everywhere, and engine faults, which need our stubs' control API, are refused.
-- ``url``: already running; the ``router->worker`` proxies forward to it, but pytest-wedge
-  neither starts nor stops it, so component faults are refused as well.
-
-One spec per role (``prefill_worker=``, ``decode_worker=``), since a real engine's prefill and
-decode take different flags.
+``stub`` (default) is our stub; ``command`` a user's template (``routers/template.py``),
+started, paused and killed by PID but known only by its public endpoints, so engine faults are
+refused; ``url`` already runs, and component faults are refused too.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ from pytest_wedge.routers.template import (
 
 WORKER_KINDS = ("stub", "command", "url")
 URL_PREFIX = "http://127.0.0.1:"
-WORKER_ROLES = ("prefill", "decode")
 # Runtimes that can start a command worker: the docker runtime runs each component from the
 # offline image, and a user's command would need its programs copied in (not built).
 COMMAND_RUNTIMES = ("process",)

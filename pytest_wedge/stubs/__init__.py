@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from .config import StubConfig, parse_args
 from .engine_faults import KINDS as FAULT_KINDS
-from .engine_faults import Fault, FaultError, parse_fault
+from .engine_faults import FaultError, StubFault, parse_fault
 
-__all__ = ["FAULT_KINDS", "Fault", "FaultError", "StubConfig", "parse_args", "parse_fault"]
+__all__ = ["FAULT_KINDS", "FaultError", "StubConfig", "StubFault", "parse_args", "parse_fault"]

@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import PREALLOC_HOLDS, SLOT_POLICIES
-from .ledger import Entry
 from .sched import SlotPool
+from .worker_ledger import Entry
 
 log = logging.getLogger("pytest_wedge.stubs")
 

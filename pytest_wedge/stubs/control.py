@@ -1,25 +1,21 @@
 """The control API: what only a pytest-wedge stub has next to the worker protocol.
 
-The ledger (ground truth per request), the state (and its stream, which the probe reads every
-tick), faults, reset, the engine-side watchdogs and the admission settings. A worker run
-``ledgerless`` serves none of it.
+The ledger (ground truth per request), the state, faults, reset, the engine-side watchdogs and
+the admission settings. A worker run ``ledgerless`` serves none of it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import math
-import time
 from typing import Any
 
 from aiohttp import web
 
 from .config import PREALLOC_HOLDS, SLOT_POLICIES
-from .engine import ENGINE, WATCHDOG_TICK_S
 from .engine_faults import FaultError, parse_fault
+from .engine_state import ENGINE
 
 log = logging.getLogger("pytest_wedge.stubs")
 
@@ -43,55 +39,6 @@ async def ledger(request: web.Request) -> web.Response:
 
 async def state(request: web.Request) -> web.Response:
     return _json(request.app[ENGINE].snapshot())
-
-
-# The bounds of a state stream's interval: a client cannot make a stub busy writing, nor hold
-# a connection that says nothing for minutes.
-STREAM_INTERVAL_S = (0.01, 10.0)
-
-
-async def state_stream(request: web.Request) -> web.StreamResponse:
-    """``/control/state`` every ``interval_s`` seconds, one JSON line each with the moment it
-    was taken (``at``, seconds since the epoch), until the client goes. The probe samples the
-    stubs ten times a second: a request each time cost the stub several times what writing one
-    line on an open connection does. The lines ride the engine's watchdog tick (every 0.05 s,
-    so that is the shortest interval in effect) instead of a timer of their own: waking the
-    event loop cost more than taking and writing the state."""
-    try:
-        interval_s = float(request.query.get("interval_s", "0.1"))
-    except ValueError:
-        raise web.HTTPBadRequest(text="interval_s must be a number of seconds") from None
-    low, high = STREAM_INTERVAL_S
-    if not low <= interval_s <= high:
-        raise web.HTTPBadRequest(text=f"interval_s must be within [{low}, {high}] seconds")
-    engine = request.app[ENGINE]
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    due = asyncio.Event()
-    next_at = time.time() + interval_s - WATCHDOG_TICK_S / 2  # the first line goes out now
-
-    def on_tick(now: float) -> None:
-        nonlocal next_at
-        if now >= next_at:
-            # Half a tick early: ticks come a little later than their period, never earlier.
-            next_at = now + interval_s - WATCHDOG_TICK_S / 2
-            due.set()
-
-    engine.tick_hooks.append(on_tick)
-    # Until the client disconnects: handler_cancellation then cancels this handler, or a
-    # write finds the connection gone first.
-    try:
-        with contextlib.suppress(ConnectionResetError):
-            while True:
-                # The state's "at" dates it: the reader takes the lines in batches, so their
-                # arrival does not.
-                await response.write(json.dumps(engine.snapshot()).encode() + b"\n")
-                await due.wait()
-                due.clear()
-    finally:
-        engine.tick_hooks.remove(on_tick)
-    return response
 
 
 async def _body(request: web.Request) -> Any:
@@ -187,7 +134,6 @@ def add_control_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/ledger", ledger)
     r.add_get("/control/state", state)
-    r.add_get("/control/state/stream", state_stream)
     r.add_get("/control/faults", list_faults)
     r.add_post("/control/faults", add_fault)
     r.add_delete("/control/faults/{name}", delete_fault)

@@ -9,13 +9,13 @@ import time
 import aiohttp
 from aiohttp import web
 
-from .engine import RESET, SHUTDOWN, Engine
-from .engine_faults import Fault
+from .engine_faults import StubFault
+from .engine_state import RESET, SHUTDOWN, Engine
 from .flow import Failed, admit, fail_late, run_request
-from .ledger import Entry
 from .sched import Released, until_released
 from .textgen import RequestInfo, token_words
 from .wire import Reply
+from .worker_ledger import Entry
 
 
 class KvClient:
@@ -90,7 +90,7 @@ async def transfer(engine: Engine, kv: KvClient, info: RequestInfo, entry: Entry
 
 
 async def handle(
-    request: web.Request, engine: Engine, kv: KvClient, info: RequestInfo, error: Fault | None
+    request: web.Request, engine: Engine, kv: KvClient, info: RequestInfo, error: StubFault | None
 ) -> web.StreamResponse:
     """``error``: an ``error_status`` fault with ``after_kv_taken`` that fired for this request:
     it fails once the KV has arrived."""

@@ -48,7 +48,7 @@ class FaultError(ValueError):
 
 
 @dataclass(frozen=True)
-class Fault:
+class StubFault:
     name: str
     kind: str
     origin: str | None = None
@@ -93,7 +93,7 @@ def _ms(kind: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def parse_fault(body: Any) -> Fault:
+def parse_fault(body: Any) -> StubFault:
     if not isinstance(body, Mapping):
         raise FaultError("fault must be a JSON object with name and kind")
     name, kind = body.get("name"), body.get("kind")
@@ -112,7 +112,7 @@ def parse_fault(body: Any) -> Fault:
     if origin is not None and not isinstance(origin, str):
         raise FaultError(f"{kind}: origin must be a string or null")
     values = {k: body.get(k, default) for k, default in params.items()}
-    fault = Fault(name=name, kind=kind, origin=origin)
+    fault = StubFault(name=name, kind=kind, origin=origin)
     if "tokens" in values:
         fault = _replace(fault, tokens=_int(kind, "tokens", values["tokens"], 0, 10_000_000))
     if "status" in values:
@@ -150,7 +150,7 @@ class _Draws:
     fired: int = 0
 
 
-class FaultSet:
+class StubFaultSet:
     """Active faults by name. Adding a name again replaces the previous fault.
 
     The name is the fault's instance id: the test side gives every fault instance its own
@@ -159,7 +159,7 @@ class FaultSet:
     """
 
     def __init__(self, seed: int = 0, on_change: Callable[[], None] | None = None) -> None:
-        self._by_name: dict[str, Fault] = {}
+        self._by_name: dict[str, StubFault] = {}
         self._draws: dict[str, _Draws] = {}
         self.seed = seed
         # Called after every add, remove and clear: a held request re-checks its stall then.
@@ -169,7 +169,7 @@ class FaultSet:
         if self.on_change is not None:
             self.on_change()
 
-    def add(self, fault: Fault) -> None:
+    def add(self, fault: StubFault) -> None:
         self._by_name[fault.name] = fault
         # Seeded by what the fault is, never by its name (the test side numbers instances per
         # process): with one --seed, the n-th matching request gets the same draw every run.
@@ -189,7 +189,7 @@ class FaultSet:
         self._draws.clear()
         self._changed()
 
-    def fire(self, kind: str, origin: str) -> Fault | None:
+    def fire(self, kind: str, origin: str) -> StubFault | None:
         """The fault of ``kind`` that acts on this request, counting it against the fault's
         ``first_n`` and drawing its ``probability``; None when none acts. Use it for faults
         that act per request (error_status); ``find`` only looks."""
@@ -207,7 +207,7 @@ class FaultSet:
                 return fault
         return None
 
-    def find(self, kind: str, origin: str) -> Fault | None:
+    def find(self, kind: str, origin: str) -> StubFault | None:
         # Fast path: most requests run with no fault at all.
         if not self._by_name:
             return None

@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.exposition import escape_label_name, escape_m
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .engine import Engine
+from .engine_state import Engine
 
 LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank")
 

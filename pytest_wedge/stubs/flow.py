@@ -7,12 +7,12 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .engine import BOOTSTRAP_TIMEOUT, RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
-from .engine_faults import Fault
-from .ledger import Entry
+from .engine_faults import StubFault
+from .engine_state import BOOTSTRAP_TIMEOUT, RESET, SHUTDOWN, TRANSFER_TIMEOUT, WATCHDOG_PIN, Engine
 from .sched import Released, until_released
 from .textgen import RequestInfo
 from .wire import Reply
+from .worker_ledger import Entry
 
 Body = Callable[[Reply, Entry], Awaitable[web.StreamResponse]]
 
@@ -89,7 +89,7 @@ async def _end(request: web.Request, reply: Reply, status: int, message: str) ->
         return reply.resp or web.Response(status=499)
 
 
-async def fail_late(fault: Fault) -> None:
+async def fail_late(fault: StubFault) -> None:
     """An ``error_status`` fault with ``after_kv_taken``: the worker did the work up to the KV
     hand-over, and now answers with the error (after ``delay_ms``)."""
     if fault.delay_ms:

@@ -9,14 +9,14 @@ import time
 
 from aiohttp import web
 
-from .engine import ENGINE, Engine
-from .engine_faults import Fault
+from .engine_faults import StubFault
+from .engine_state import ENGINE, Engine
 from .flow import Failed, admit, fail_late, run_request
-from .ledger import Entry
 from .rooms import Room
 from .sched import Released, hold, until_released
 from .textgen import RequestInfo
 from .wire import Reply, send_error
+from .worker_ledger import Entry
 
 log = logging.getLogger("pytest_wedge.stubs")
 
@@ -42,7 +42,7 @@ async def _await_transfer(engine: Engine, room: Room, entry: Entry) -> None:
 
 
 async def handle(
-    request: web.Request, engine: Engine, info: RequestInfo, error: Fault | None
+    request: web.Request, engine: Engine, info: RequestInfo, error: StubFault | None
 ) -> web.StreamResponse:
     """``error``: an ``error_status`` fault with ``after_kv_taken`` that fired for this request.
     It holds the response head and fails the request once the decode has taken its KV."""

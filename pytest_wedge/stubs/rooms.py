@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .ledger import Entry
+from .worker_ledger import Entry
 
 
 @dataclass(eq=False)

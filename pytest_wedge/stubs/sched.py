@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .ledger import Entry
+from .worker_ledger import Entry
 
 T = TypeVar("T")
 

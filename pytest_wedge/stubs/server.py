@@ -17,7 +17,7 @@ from aiohttp import web
 from . import decode, prefill, vllm, vllm_metrics
 from .config import StubConfig
 from .control import add_control_routes
-from .engine import ENGINE, Engine
+from .engine_state import ENGINE, Engine
 from .exposition import Exposition, exposition
 from .listen_fds import LISTEN_FDS_ENV, parse_listen_fds
 from .textgen import PATHS, BadRequest, parse_request

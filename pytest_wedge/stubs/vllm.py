@@ -24,14 +24,14 @@ from typing import Any
 
 from aiohttp import web
 
-from .engine import BOOTSTRAP_TIMEOUT, ENGINE, Engine
-from .engine_faults import Fault
+from .engine_faults import StubFault
+from .engine_state import BOOTSTRAP_TIMEOUT, ENGINE, Engine
 from .flow import admit, fail_late, outcome, run_request
-from .ledger import Entry
 from .rooms import Room
 from .sched import Released, until_released
 from .textgen import BadRequest, RequestInfo, token_words
 from .wire import Reply
+from .worker_ledger import Entry
 
 # Requests whose HTTP answer went out while the engine still holds their KV: kept referenced
 # so the event loop does not drop the task that ends their ledger entry.
@@ -114,7 +114,7 @@ async def _hold_kv(engine: Engine, room: Room, entry: Entry) -> None:
 
 
 async def handle_prefill(
-    request: web.Request, engine: Engine, info: RequestInfo, error: Fault | None
+    request: web.Request, engine: Engine, info: RequestInfo, error: StubFault | None
 ) -> web.StreamResponse:
     """Admit, prefill, produce the one token asked for, answer with the handle, hold the KV."""
     assert info.room is not None

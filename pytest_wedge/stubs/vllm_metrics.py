@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .engine import Engine
+from .engine_state import Engine
 from .exposition import Exposition, header, sample_prefix
 
 LABELS = ("model_name", "engine")

@@ -15,7 +15,7 @@ import httpx
 from pytest_wedge.errors import ComponentStartError
 from pytest_wedge.routers.adapters import adapter
 from pytest_wedge.routers.envs import ensure_env
-from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
+from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
 from pytest_wedge.spec.topology import LOOPBACK, Executables, PortPlan, TopologySpec
 from pytest_wedge.waiting import poll
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
@@ -24,7 +22,8 @@ from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryE
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.metrics_text import samples
 from pytest_wedge.routers.adapters import starts_with_workers
-from pytest_wedge.runtime.base import Runtime, wait_ready
+from pytest_wedge.runtime.binaries import smg_path
+from pytest_wedge.runtime.interface import Runtime, wait_ready
 from pytest_wedge.spec.topology import (
     LOOPBACK,
     ComponentSpec,
@@ -36,7 +35,7 @@ from pytest_wedge.spec.topology import (
     stub_ports,
 )
 from pytest_wedge.spec.workers import check_runtime
-from pytest_wedge.stubs.client import StubClient, StubUnavailable
+from pytest_wedge.stubs.control_client import StubClient, StubUnavailable
 from pytest_wedge.topology.ports import PortAllocator, check_free
 from pytest_wedge.topology.router_start import (
     url_router_listen,
@@ -51,8 +50,8 @@ from pytest_wedge.topology.worker_start import url_worker_listen, url_worker_pla
 
 def find_executables(toxiproxy_binary: str) -> Executables:
     """The venv's python and smg: the stubs run with the interpreter that runs pytest."""
-    smg = shutil.which("smg") or str(Path(sys.executable).with_name("smg"))
-    if not Path(smg).is_file():
+    smg = smg_path()
+    if smg is None:
         raise MissingBinaryError(
             "The smg router was not found",
             facts={"looked for": f"smg on PATH and next to {sys.executable}"},
@@ -300,10 +299,6 @@ class Topology:
                 timeout_s=max(1.0, deadline - time.monotonic()),
             )
         return time.monotonic() - started
-
-    def check_alive(self) -> list[str]:
-        """Names of components that are not running (paused counts as not running)."""
-        return [n for n in self.components if self.runtime.state(n) != "running"]
 
     def stub(self, name: str) -> StubClient:
         try:

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
+from pytest_wedge.runtime.binaries import find_toxiproxy
 from pytest_wedge.spec.shape import shape_id
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.ports import PortAllocator
 from pytest_wedge.topology.running import Topology, find_executables
-from pytest_wedge.topology.toxiproxy import ToxiproxyClient, find_toxiproxy, server_component
+from pytest_wedge.topology.toxiproxy import ToxiproxyClient, server_component
 from pytest_wedge.topology.worker_start import fixed_listen
 from pytest_wedge.waiting import in_background
 

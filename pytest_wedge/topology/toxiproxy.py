@@ -1,129 +1,25 @@
-"""Toxiproxy: finding the server, describing it as a component, and talking to its API.
+"""Toxiproxy as a component, and a client of its API (finding the binary: ``runtime/binaries.py``).
 
 The client speaks Toxiproxy's REST API directly, through one pooled httpx client per server
 (``/proxies``, ``/populate``, toxics, ``/reset``, ``/version``, ``/metrics``): the few calls we
 need do not warrant a dependency, and a client object per server lets one process drive
-several servers. httpx is imported when a client is made, so finding the binary or reading
-the version stays light for the plugin's start-up.
+several servers. httpx is imported when a client is made, to keep the plugin's start-up light.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_wedge.errors import MissingBinaryError, WedgeError
+from pytest_wedge.errors import WedgeError
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.spec.topology import LOOPBACK, ComponentSpec
 
 if TYPE_CHECKING:
     import httpx
 
-TOXIPROXY_VERSION = "2.12.0"
-BINARY = "toxiproxy-server"
-ENV_VAR = "PYTEST_WEDGE_TOXIPROXY"
-INSTALL_HINT = (
-    "run `pytest-wedge install-toxiproxy` (it puts Toxiproxy v2.12.0 into this environment's "
-    "bin/: built with `go install` when Go is on PATH, otherwise the release binary, checked "
-    "against its pinned SHA-256), or pass --wedge-toxiproxy=PATH"
-)
-MAKE_HINT = (
-    "run `make install` (it builds Toxiproxy v2.12.0 into ./bin), or "
-    "`pytest-wedge install-toxiproxy --dest bin`, or pass --wedge-toxiproxy=PATH"
-)
 ANY_PORT = f"{LOOPBACK}:0"  # Toxiproxy picks a free port: race-free, unlike choosing one
-
-
-def install_hint(rootdir: Path | None = None) -> str:
-    """How to get Toxiproxy. ``make`` is named only where this project's Makefile is."""
-    makefile = rootdir / "Makefile" if rootdir is not None else None
-    try:
-        if makefile is not None and "toxiproxy" in makefile.read_text(errors="replace"):
-            return MAKE_HINT
-    except OSError:
-        pass
-    return INSTALL_HINT
-
-
-@dataclass(frozen=True)
-class FoundToxiproxy:
-    """Where toxiproxy-server was found, and by which rule of the discovery order."""
-
-    path: str
-    source: str
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def locate_toxiproxy(
-    explicit: str | None = None,
-    *,
-    source: str = "--wedge-toxiproxy",
-    base_dir: Path | None = None,
-    rootdir: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-    prefix: str | None = None,
-) -> FoundToxiproxy:
-    """Find toxiproxy-server by the discovery order, or raise MissingBinaryError.
-
-    1. ``explicit``, a path given by ``source`` (the option, the environment or the ini file),
-       relative to ``base_dir`` (the ini file's directory for an ini value); a given path that
-       is not an executable is an error, never silently skipped;
-    2. ``$PYTEST_WEDGE_TOXIPROXY`` (relative to the working directory);
-    3. the venv's ``bin/`` (``sys.prefix``, where ``pytest-wedge install-toxiproxy`` puts it);
-    4. ``rootdir/bin/`` (where ``make install`` puts it);
-    5. ``$GOBIN``;
-    6. ``PATH``.
-    """
-    env = os.environ if environ is None else environ
-    hint = install_hint(rootdir)
-    if not explicit and env.get(ENV_VAR):
-        explicit, source, base_dir = env[ENV_VAR], f"environment ({ENV_VAR})", None
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_absolute():
-            path = (base_dir or Path.cwd()) / path
-        if _executable(path):
-            return FoundToxiproxy(str(path.absolute()), source)
-        raise MissingBinaryError(
-            f"The toxiproxy-server given by {source} is not an executable file",
-            facts={"given": explicit, "resolved to": path.absolute()},
-            fix=hint,
-        )
-    candidates = [(Path(prefix or sys.prefix) / "bin", "the venv's bin/")]
-    if rootdir is not None:
-        candidates.append((rootdir / "bin", "the rootdir's bin/"))
-    if env.get("GOBIN"):
-        candidates.append((Path(env["GOBIN"]), "$GOBIN"))
-    tried: list[str] = []
-    for directory, why in candidates:
-        candidate = directory / BINARY
-        tried.append(str(candidate))
-        if _executable(candidate):
-            return FoundToxiproxy(str(candidate.absolute()), why)
-    found = shutil.which(BINARY, path=env.get("PATH", os.defpath))
-    if found:
-        return FoundToxiproxy(os.path.abspath(found), "PATH")
-    tried.append(f"{BINARY} on PATH")
-    raise MissingBinaryError(
-        "toxiproxy-server was not found",
-        facts={"looked in": "; ".join(tried)},
-        fix=hint,
-    )
-
-
-def find_toxiproxy(explicit: str | None = None, project_root: Path | None = None) -> str:
-    """The path of toxiproxy-server by :func:`locate_toxiproxy`'s order; ``project_root`` is
-    the rootdir (default: the working directory)."""
-    return locate_toxiproxy(explicit, rootdir=project_root or Path.cwd()).path
 
 
 def server_component(binary: str, port: int) -> ComponentSpec:

@@ -14,18 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pytest_wedge.routers.adapters import RouterAdapter, RouterMetrics, adapter
+from pytest_wedge.routers.adapters import RouterMetrics, adapter
 from pytest_wedge.routers.envs import IsolatedEnv, env_path, ready_env
-from pytest_wedge.routers.kinds import BUILT_IN, RouterSpec
+from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
 
 
 def router_metric_names(router: RouterSpec) -> RouterMetrics:
     """In-flight, health and breaker metric names of the router (by its dialect)."""
     return adapter(router.dialect).metrics
-
-
-def router_adapter(router: RouterSpec) -> RouterAdapter:
-    return adapter(router.dialect)
 
 
 UNKNOWN_VERSION = "(version not known to pytest-wedge)"

@@ -3,7 +3,16 @@ policies, ``expect_cleared`` (a watchdog clears a wedge within its budget) and
 ``expect_quiet`` (it leaves healthy work alone)."""
 
 from pytest_wedge.watchdogs.clearing import ClearCheck, NotClearedError, expect_cleared
-from pytest_wedge.watchdogs.kinds import (
+from pytest_wedge.watchdogs.policies import (
+    AggregateThroughputWatchdog,
+    CoRestartWatchdog,
+    NoProgressWatchdog,
+    aggregate_throughput_check,
+    co_restart_on_transfer_wedge,
+    no_progress_check,
+)
+from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
+from pytest_wedge.watchdogs.watchdog import (
     CallableWatchdog,
     CommandWatchdog,
     Firing,
@@ -16,15 +25,6 @@ from pytest_wedge.watchdogs.kinds import (
     Watchdog,
     watchdog_report,
 )
-from pytest_wedge.watchdogs.policies import (
-    AggregateThroughputWatchdog,
-    CoRestartWatchdog,
-    NoProgressWatchdog,
-    aggregate_throughput_check,
-    co_restart_on_transfer_wedge,
-    no_progress_check,
-)
-from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
 
 __all__ = [
     "AggregateThroughputWatchdog",

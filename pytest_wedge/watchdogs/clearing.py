@@ -22,10 +22,10 @@ from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.errors import WedgeError
 from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
-from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
+from pytest_wedge.watchdogs.watchdog import Watchdog, watchdog_report
 
 if TYPE_CHECKING:
-    from pytest_wedge.faults.base import FaultSet
+    from pytest_wedge.faults.fault import FaultSet
 
 
 class ClearScene(Scene, Protocol):

@@ -2,20 +2,21 @@
 
 They are ``CallableWatchdog`` checks built from the public pieces (``diagnose``, faults, the
 topology), the way a user would write their own; the watchdog kinds themselves
-(``kinds.py``) know nothing of diagnostics or faults.
+(``watchdog.py``) know nothing of diagnostics or faults.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.diagnostics.blind.clientside import wedged
+from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.parse import parse_engine_metrics
 from pytest_wedge.faults import CoRestart
-from pytest_wedge.watchdogs.kinds import CallableWatchdog
+from pytest_wedge.watchdogs.watchdog import CallableWatchdog
 
 if TYPE_CHECKING:
     from pytest_wedge.views import ActiveScene
@@ -28,7 +29,7 @@ def _wedged_now(scene: ActiveScene, origin: str, overdue_after_s: float) -> bool
     """Whether any ``origin`` request is wedged by the blind locator's own rule (overdue on
     the sent clock, or failed in the window), read from the client ledger alone. The
     locator answers ``none`` without one, so a check can skip the servers' reads."""
-    records = [record.to_dict() for record in scene.ledger.by_origin(origin)]
+    records = [cast(ClientRecord, r.to_dict()) for r in scene.ledger.by_origin(origin)]
     return bool(wedged(records, time.time(), overdue_after_s, WINDOW_S, None).wedged)
 
 
@@ -70,9 +71,9 @@ def CoRestartWatchdog(
 
 
 def aggregate_throughput_check(
-    component: str = "decode-0", idle_s: float = 1.0
+    target: str = "decode-0", idle_s: float = 1.0
 ) -> Callable[[ActiveScene], str | None]:
-    """A *misleading* watchdog (incident 9): restart the router once ``component``'s aggregate
+    """A *misleading* watchdog (incident 9): restart the router once ``target``'s aggregate
     tokens/s has been 0 for ``idle_s``. Any other origin's traffic keeps the figure above zero,
     so it never fires on a wedge that only the harness suffers."""
     idle_since: list[float | None] = [None]
@@ -82,7 +83,7 @@ def aggregate_throughput_check(
         # The engine's generated-tokens counter, in whichever vocabulary it speaks (SGLang's
         # sglang:generation_tokens_total, vLLM's vllm:generation_tokens_total): aggregate
         # throughput is above zero while it grows between two checks.
-        tokens = parse_engine_metrics(scene.topology.stub(component).metrics()).get(
+        tokens = parse_engine_metrics(scene.topology.stub(target).metrics()).get(
             "generation_tokens", 0.0
         )
         before, last_tokens[0] = last_tokens[0], tokens
@@ -95,18 +96,18 @@ def aggregate_throughput_check(
             return None
         idle_since[0] = None
         scene.topology.restart("router")
-        return f"restarted the router after {component} showed 0 tok/s for {idle_s:g} s"
+        return f"restarted the router after {target} showed 0 tok/s for {idle_s:g} s"
 
     return check
 
 
 def AggregateThroughputWatchdog(
-    component: str = "decode-0", idle_s: float = 1.0, interval_s: float = 0.2
+    target: str = "decode-0", idle_s: float = 1.0, interval_s: float = 0.2
 ) -> CallableWatchdog:
     return CallableWatchdog(
-        aggregate_throughput_check(component, idle_s),
+        aggregate_throughput_check(target, idle_s),
         interval_s,
-        label=f"restart router when {component} tok/s == 0",
+        label=f"restart router when {target} tok/s == 0",
     )
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.load.ledger import RequestRecord
+from pytest_wedge.load.client_ledger import RequestRecord
 from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
-from pytest_wedge.watchdogs.kinds import Watchdog, watchdog_report
+from pytest_wedge.watchdogs.watchdog import Watchdog, watchdog_report
 
 # smg counts a retried upstream call here; a healthy request must never be retried.
 ROUTER_RETRIES = "smg_worker_retries_total"

@@ -162,7 +162,7 @@ MINIMAL = 'name = "x"\nsummary = "y"\n[expect]\nlocated_at = "router"\n'
         ("timeout_s = nan", "timeout_s", "a finite number of seconds >= 0"),
         ("timeout_s = 0", "timeout_s", "a number of seconds > 0"),
         (
-            "[[faults]]\nkind = 'Pause'\ncomponent = 'router'\nfor_s = -1",
+            "[[faults]]\nkind = 'Pause'\ntarget = 'router'\nfor_s = -1",
             "faults[0].for_s",
             "a finite number of seconds >= 0",
         ),
@@ -192,18 +192,15 @@ def test_each_found_mistake_names_its_key(
     assert f"key: {key}" in text and expected in text, text
 
 
-def test_a_mistake_under_a_deprecated_spelling_names_the_key_as_written(tmp_path: Path) -> None:
+def test_an_old_spelling_of_target_is_refused_naming_its_key(tmp_path: Path) -> None:
     head, _, expect = MINIMAL.partition("[expect]")
-    extra = "[[faults]]\nkind = 'Latency'\nlink = 'router->decode-9'\nlatency_ms = 5"
+    extra = "[[faults]]\nkind = 'Latency'\nlink = 'router->decode-0'\nlatency_ms = 5"
     path = tmp_path / "s.toml"
     path.write_text(f"{head}{extra}\n[expect]{expect}")
-    with (
-        pytest.warns(DeprecationWarning, match=r"link=\.\.\.\) is deprecated"),
-        pytest.raises(ConfigError) as info,
-    ):
+    with pytest.raises(ConfigError) as info:
         load_scenario(path)
     text = str(info.value)
-    assert "key: faults[0].link" in text and "a component or link of this topology" in text, text
+    assert "key: faults[0].link" in text and "the arguments of Latency(target" in text, text
 
 
 # -- the marker -----------------------------------------------------------------------------------

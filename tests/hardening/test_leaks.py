@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from leakcheck import LeakProbe, marked_processes
 
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV
+from pytest_wedge.runtime.interface import OWNER_ENV, SESSION_ENV
 from pytest_wedge.waiting import wait_for
 
 INNER = """

@@ -18,7 +18,7 @@ docker_errors = pytest.importorskip("docker.errors")
 requests = pytest.importorskip("requests")
 
 from pytest_wedge.errors import AlreadyRunningError, ComponentControlError  # noqa: E402
-from pytest_wedge.faults.component import Kill  # noqa: E402
+from pytest_wedge.faults.process_actions import Kill  # noqa: E402
 from pytest_wedge.runtime import images  # noqa: E402
 from pytest_wedge.runtime.docker import DockerRuntime  # noqa: E402
 from pytest_wedge.spec.topology import ComponentSpec, TopologySpec  # noqa: E402

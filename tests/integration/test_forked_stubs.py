@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from pytest_wedge.runtime import wait_ready
-from pytest_wedge.runtime.base import OWNER_ENV, SESSION_ENV
+from pytest_wedge.runtime.interface import OWNER_ENV, SESSION_ENV
 from pytest_wedge.runtime.process import ProcessRuntime
 from pytest_wedge.runtime.stub_forks import SERVER_MODULE
 from pytest_wedge.spec.topology import ComponentSpec

@@ -16,7 +16,7 @@ from pytest_wedge.faults import ErrorStatus
 from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
 from pytest_wedge.scenarios.runner import run_scenario
-from pytest_wedge.stubs.client import StubUnavailable
+from pytest_wedge.stubs.control_client import StubUnavailable
 
 pytestmark = pytest.mark.timeout(180)
 CATALOG = {s.name: s for s in catalog()}

@@ -61,7 +61,7 @@ SMG_TEMPLATE = (
 def test_command_router_from_a_user_template_is_located_and_cleared_like_the_built_in(
     wedge_factory,
 ):
-    from pytest_wedge.topology.tools import smg_path
+    from pytest_wedge.runtime.binaries import smg_path
 
     smg = smg_path()
     assert smg is not None
@@ -86,8 +86,8 @@ def test_url_router_started_by_the_test_is_located_and_cleared_like_the_built_in
     """The test runs its own smg; the plugin only puts proxies around it and its workers."""
     import subprocess
 
+    from pytest_wedge.runtime.binaries import smg_path
     from pytest_wedge.topology.ports import PortAllocator
-    from pytest_wedge.topology.tools import smg_path
 
     smg = smg_path()
     assert smg is not None

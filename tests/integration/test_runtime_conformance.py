@@ -21,9 +21,10 @@ import psutil
 import pytest
 
 from pytest_wedge.runtime import Runtime, make_runtime, wait_ready
+from pytest_wedge.runtime.binaries import find_toxiproxy
 from pytest_wedge.runtime.dockerd import NoDockerDaemon, connect
 from pytest_wedge.topology.ports import PortAllocator
-from pytest_wedge.topology.toxiproxy import find_toxiproxy, server_component
+from pytest_wedge.topology.toxiproxy import server_component
 from pytest_wedge.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

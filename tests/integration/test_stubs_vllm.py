@@ -23,7 +23,7 @@ import pytest
 from pytest_wedge.evidence.parse import parse_engine_metrics
 from pytest_wedge.metrics_text import samples
 from pytest_wedge.runtime import make_runtime
-from pytest_wedge.runtime.base import Runtime, wait_ready
+from pytest_wedge.runtime.interface import Runtime, wait_ready
 from pytest_wedge.spec.topology import LOOPBACK, ComponentSpec
 from pytest_wedge.topology.session import WedgeSession
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient

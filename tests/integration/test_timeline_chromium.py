@@ -120,7 +120,7 @@ def failing_run(wedge: Wedge, probe: Probe) -> dict[str, Any]:
     with pytest.raises(WaitTimeout) as failed:
         wait_for(lambda: harness.wait(0), timeout_s=2.0, what="the harness to finish")
     failed_at = time.time()
-    snapshot = collect(wedge.topology, wedge.ledger, before=probe.latest(min_age_s=0.2))
+    snapshot = collect(wedge.topology, wedge.ledger, before=probe.latest_slow(min_age_s=0.2))
     return {
         "fault": fault,
         "snapshot": snapshot,
@@ -139,8 +139,8 @@ def test_timeline_of_a_failing_30_agent_run_with_a_stray(
 ) -> None:
     browser = chromium()
     # The handle's own probe and link meter when it runs them (the default), else ours.
-    probe = wedge.probe or Probe(wedge.topology, interval_s=0.1).start()
-    meter = wedge.link_meter or LinkMeter(wedge.topology, interval_s=0.25).start()
+    probe = wedge.probe or Probe(wedge.topology).start()
+    meter = wedge.link_meter or LinkMeter(wedge.topology).start()
     try:
         run = failing_run(wedge, probe)
     finally:

@@ -21,7 +21,7 @@ client_timeout_s = 30
 
 [[faults]]
 kind = "StallBeforeFirstToken"
-component = "prefill-0"
+target = "prefill-0"
 
 [expect]
 located_at = "prefill-0"

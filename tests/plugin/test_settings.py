@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_wedge.plugin.config import SETTINGS, resolve
+from pytest_wedge.plugin.settings import SETTINGS, resolve
 
 pytestmark = pytest.mark.timeout(120)
 TOXIPROXY = Path(__file__).resolve().parents[2] / "bin" / "toxiproxy-server"

@@ -11,8 +11,8 @@ import pytest
 
 from pytest_wedge.diagnostics.artifacts import _copy_window
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.plugin.config import resolve
 from pytest_wedge.plugin.run_folders import make_run_dir, release_run_dir, this_process
+from pytest_wedge.plugin.settings import resolve
 from pytest_wedge.plugin.state import artifacts_folder
 
 _runs = iter(range(1, 1000))

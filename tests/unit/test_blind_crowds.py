@@ -157,7 +157,9 @@ def test_a_refused_bootstrap_names_the_prefill_whose_legs_were_cancelled() -> No
         'HTTP 502: data: {"error":{"message":"bootstrap failed: prefill answered 503",'
         '"type":"InternalServerError"}}'
     )
-    failed = pending(5, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
+    failed = pending(
+        5, state="error", status=502, finished=NOW - 0.1, first_byte=NOW - 0.2, error=body
+    )
     obs = observed(
         failed,
         prefill=2,
@@ -270,7 +272,9 @@ def test_failed_transfers_name_the_link_to_the_one_prefill_that_counted_aborts()
     # A limit_data toxic on decode-1->prefill-1 cuts its transfers; the router counted nothing
     # against a prefill, but prefill-1 alone had legs cancelled.
     body = 'HTTP 500: {"error":{"code":"decode_internal_error","message":"KV transfer failed"}}'
-    failed = pending(5, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
+    failed = pending(
+        5, state="error", status=500, finished=NOW - 0.1, first_byte=NOW - 0.2, error=body
+    )
     obs = observed(
         failed,
         prefill=2,

@@ -51,6 +51,7 @@ def record(
         "finished": None,
         "tokens": 0,
         "state": "pending",
+        "status": None,
         "error": None,
         "cut_by_stop": False,
         "target": ADDRESS[target],
@@ -404,7 +405,9 @@ def refused(n: int = 30) -> list[dict[str, Any]]:
         'HTTP 503: {"error":{"code":"no_available_workers","message":"No available '
         'servers (all circuits open or unhealthy)"}}'
     )
-    return pending(n, state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=body)
+    return pending(
+        n, state="error", status=503, finished=NOW - 0.1, first_byte=NOW - 0.2, error=body
+    )
 
 
 def test_open_breakers_while_decode_is_healthy_are_the_router() -> None:
@@ -474,13 +477,17 @@ def test_a_transport_error_naming_a_link_address_while_the_worker_answers() -> N
         'HTTP 502: {"error":{"code":"PD disaggregation request failed","message":"Transport '
         "error: error sending request for url (" + ADDRESS["router->prefill-0"] + '/v1/chat)"}}'
     )
-    failed = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=error)
+    failed = pending(
+        state="error", status=502, finished=NOW - 0.1, first_byte=NOW - 0.2, error=error
+    )
     located(observed(failed), "router->prefill-0", "certain")
 
 
 def test_prefill_errors_name_the_prefill() -> None:
     error = 'HTTP 500: {"error":{"code":"prefill_internal_error","message":"Prefill server error"}}'
-    failed = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=error)
+    failed = pending(
+        state="error", status=500, finished=NOW - 0.1, first_byte=NOW - 0.2, error=error
+    )
     located(observed(failed), "prefill-0", "certain")
 
 
@@ -677,7 +684,9 @@ def test_a_bootstrap_server_that_refuses_is_its_prefill() -> None:
         'HTTP 502: data: {"error":{"message":{"object":"error","message":"bootstrap failed: '
         'prefill answered 503"}}}'
     )
-    failed = pending(state="error", finished=NOW - 0.1, first_byte=NOW - 0.2, error=error)
+    failed = pending(
+        state="error", status=502, finished=NOW - 0.1, first_byte=NOW - 0.2, error=error
+    )
     obs = observed(
         failed,
         prefill=2,
@@ -772,7 +781,7 @@ def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger(
     again = Snapshot.from_json(text)
     assert again == snap and again.observed is not None
     assert locate_blind(again.observed) == locate_blind(obs)
-    assert again.ground_truth().ledgers == {}  # no ground truth was recorded
+    assert again.ledgers == {}  # no ground truth was recorded
 
 
 def test_kv_held_ready_for_a_waiting_decode_outranks_a_prefill_the_router_waits_on() -> None:

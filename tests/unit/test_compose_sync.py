@@ -16,8 +16,10 @@ from pytest_wedge.topology.compose import COMPOSE_DIR, plan, render
 def test_committed_compose_files_equal_a_fresh_render() -> None:
     for name, text in render().items():
         path = COMPOSE_DIR / name
-        assert path.is_file(), f"{path} is missing: run `python -m pytest_wedge.compose`"
-        assert path.read_text() == text, f"{path} is stale: run `python -m pytest_wedge.compose`"
+        assert path.is_file(), f"{path} is missing: run `python -m pytest_wedge.topology.compose`"
+        assert path.read_text() == text, (
+            f"{path} is stale: run `python -m pytest_wedge.topology.compose`"
+        )
 
 
 @pytest.mark.timeout(30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pytest_wedge.routers.kinds import RouterSpec
+from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.spec.topology import (
     Executables,
     PortPlan,

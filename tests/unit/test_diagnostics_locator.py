@@ -8,7 +8,7 @@ import pytest
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate
 from pytest_wedge.evidence.observed import Observed
-from pytest_wedge.evidence.snapshot import parse_link_bytes, parse_router_metrics
+from pytest_wedge.evidence.parse import parse_link_bytes, parse_router_metrics
 
 NOW = 1_000_000.0
 LINKS = ["client->router", "router->prefill-0", "router->decode-0", "decode-0->prefill-0"]
@@ -380,12 +380,17 @@ def refused_after_bootstrap_refusals(prefill_faults: list[dict[str, Any]]) -> Sn
     earlier attempt failed at decode-0 because prefill-0's bootstrap server refused the KV."""
     refused = [
         record(
-            i, age=0.5, state="error", finished=NOW - 0.3, error="HTTP 503: no_available_workers"
+            i,
+            age=0.5,
+            state="error",
+            status=503,
+            finished=NOW - 0.3,
+            error="HTTP 503: no_available_workers",
         )
         for i in range(30)
     ]
     prefill = [entry(rid, "released", kv_ready=1.5) for rid in ids()]
-    decode = [entry(rid, "error") | {"error": "bootstrap: prefill answered 503"} for rid in ids()]
+    decode = [entry(rid, "error", transfer_start=1.4) for rid in ids()]
     states = {"prefill-0": {"faults": prefill_faults}, "decode-0": {"faults": []}}
     return snapshot(refused, prefill, decode, stub_states=states)
 
@@ -407,6 +412,7 @@ def test_refused_at_once_while_the_prefill_that_opened_the_breakers_still_refuse
             100 + i,
             age=0.5,
             state="error",
+            status=503,
             finished=NOW - 0.3,
             error="HTTP 503: no_available_workers",
         )
@@ -415,10 +421,7 @@ def test_refused_at_once_while_the_prefill_that_opened_the_breakers_still_refuse
     earlier = [f"harness-x-{i}" for i in range(5)]
     pending = [record(i, age=0.3) for i in range(5)]
     prefill = [entry(rid, "aborted", kv_ready=0.2) for rid in earlier]
-    decode = [
-        entry(rid, "error", arrived=0.25) | {"error": "bootstrap failed: prefill answered 503"}
-        for rid in earlier
-    ]
+    decode = [entry(rid, "error", arrived=0.25, transfer_start=0.2) for rid in earlier]
     states = {
         "prefill-0": {"faults": [{"name": "f1", "kind": "refuse_bootstrap"}]},
         "decode-0": {"faults": []},

@@ -10,7 +10,7 @@ from pathlib import Path
 from test_diagnostics_locator import LINKS, NOW, entry, ids, record, snapshot
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate, render_timeline, write_artifacts
-from pytest_wedge.diagnostics.timeline import MAX_BARS
+from pytest_wedge.diagnostics.timeline import MAX_ROWS
 from pytest_wedge.evidence.stacks import render_stacks
 
 FAULT = {
@@ -89,9 +89,9 @@ def test_timeline_caps_rows() -> None:
     snap.client = [
         record(i, origin="stray-9", state="ok", finished=NOW - 0.1) for i in range(3000)
     ] + snap.client
-    page = render_timeline(diagnosis, snap, [], max_bars=MAX_BARS)
+    page = render_timeline(diagnosis, snap, [], max_rows=MAX_ROWS)
     rows = [a for a in parse(page).found if a.get("class") == "row"]
-    assert len(rows) == MAX_BARS
+    assert len(rows) == MAX_ROWS
     # The wedged requests of the origin under test are never the ones dropped.
     assert {r["data-request"] for r in rows} >= {f"harness-x-{i}" for i in range(30)}
     assert len(page) < 2_000_000

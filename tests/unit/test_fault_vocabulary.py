@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
-import warnings
 from typing import Any
 
 import pytest
@@ -26,7 +25,6 @@ from pytest_wedge.faults import (
     ScheduledFaultError,
     register,
 )
-from pytest_wedge.faults.registry import legacy_target_keywords
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.stubs.engine_faults import KINDS, parse_fault
 
@@ -62,33 +60,24 @@ def test_every_stub_kind_has_exactly_one_class() -> None:
     assert sorted(c.kind for c in ENGINE_FAULTS) == sorted(KINDS)
 
 
-# -- one target field, and the old spellings as deprecation shims ------------------------------
+# -- one target field ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("cls", "keyword", "target", "extra"),
+    ("cls", "keyword", "extra"),
     [
-        (Latency, "link", "client->router", {"latency_ms": 5}),
-        (Down, "link", "client->router", {}),
-        (Pause, "component", "router", {}),
-        (ErrorStatus, "component", "decode-0", {"status": 503}),
-        (DecodeOnlyRestart, "decode", "decode-1", {}),
-        (faults.CoRestart, "decode", "decode-1", {}),
+        (Latency, "link", {"latency_ms": 5}),
+        (Down, "link", {}),
+        (Pause, "component", {}),
+        (ErrorStatus, "component", {"status": 503}),
+        (DecodeOnlyRestart, "decode", {}),
     ],
 )
-def test_old_target_keywords_still_work_and_warn(
-    cls: type[Fault], keyword: str, target: str, extra: dict[str, Any]
+def test_a_fault_takes_its_target_under_one_name(
+    cls: type[Fault], keyword: str, extra: dict[str, Any]
 ) -> None:
-    with pytest.warns(DeprecationWarning, match=rf"{cls.__name__}\({keyword}=\.\.\.\)"):
-        old = cls(**{keyword: target}, **extra)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new spelling and the positional one are quiet
-        assert old == cls(target=target, **extra) == cls(target, **extra)
-        assert old.target == target
-    with pytest.warns(DeprecationWarning, match=rf"\.{keyword} is deprecated"):
-        assert getattr(old, keyword) == target
-    with pytest.raises(TypeError, match="target twice"):
-        cls(target, **{keyword: target}, **extra)
+    with pytest.raises(TypeError, match=keyword):
+        cls(**{keyword: "router"}, **extra)
 
 
 def test_every_registered_fault_has_one_target_field_first() -> None:
@@ -96,7 +85,6 @@ def test_every_registered_fault_has_one_target_field_first() -> None:
         first = dataclasses.fields(cls)[0]
         assert first.name == "target" and not first.kw_only, name
         assert "target" in inspect.signature(cls).parameters, name
-        assert len(legacy_target_keywords(cls)) == 1, name
 
 
 # -- the registry ------------------------------------------------------------------------------

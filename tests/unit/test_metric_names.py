@@ -4,11 +4,11 @@ canonical quantities (evidence/metric_names.py), from text the stubs really rend
 from __future__ import annotations
 
 from pytest_wedge.evidence.metric_names import SGLANG, VLLM, VLLM_MISSING, vocabulary
-from pytest_wedge.evidence.parse import parse_engine_metrics, parse_stub_metrics
+from pytest_wedge.evidence.parse import parse_engine_metrics
 from pytest_wedge.stubs import exposition, vllm_metrics
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
-from pytest_wedge.stubs.ledger import Entry
+from pytest_wedge.stubs.engine_state import Engine
+from pytest_wedge.stubs.worker_ledger import Entry
 
 
 def engine(role: str, protocol: str) -> Engine:
@@ -105,7 +105,7 @@ def test_the_vocabulary_follows_the_text() -> None:
     assert vocabulary("sglang:num_running_reqs 1\n") is SGLANG
     assert vocabulary("") is SGLANG
     # What vLLM lacks stays absent: the locators read absent as "not shown", never as 0 seen.
-    values = parse_stub_metrics(vllm_metrics_text(busy_decode("vllm")))
+    values = parse_engine_metrics(vllm_metrics_text(busy_decode("vllm")))
     assert not set(VLLM_MISSING) & set(values)
 
 

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_wedge.metrics_text import metric_value, parse_samples, samples
 from pytest_wedge.stubs import vllm_metrics
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.exposition import make_registry, render
 
 # The shapes smg, Toxiproxy and the engines print, and the corners of the text format.

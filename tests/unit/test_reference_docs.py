@@ -21,14 +21,14 @@ from pytest_wedge.evidence.metric_meanings import METRIC_MEANINGS, describe_valu
 from pytest_wedge.faults import FAULT_REGISTRY, Toxic
 from pytest_wedge.faults import registry as fault_registry
 from pytest_wedge.load import STATES, Aborter, Harness, RequestRecord, StrayRequester
-from pytest_wedge.load.ledger import PHASES
+from pytest_wedge.load.client_ledger import PHASES
 from pytest_wedge.load.meanings import (
     FIELD_MEANINGS,
     OPTION_MEANINGS,
     PHASE_MEANINGS,
     STATE_MEANINGS,
 )
-from pytest_wedge.plugin.config import SETTINGS
+from pytest_wedge.plugin.settings import SETTINGS
 from pytest_wedge.reference import PAGES, render_pages
 from pytest_wedge.reference.faults_page import fault_entries, package_faults
 from pytest_wedge.reference.introspect import own_docstring

@@ -6,7 +6,7 @@ import pytest
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import SGLANG_ROUTER, SMG, VLLM_ROUTER
-from pytest_wedge.routers.kinds import RouterSpec
+from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.routers.template import TemplateValues, render_template, split_template
 from pytest_wedge.spec.marker_args import wedge
 from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components

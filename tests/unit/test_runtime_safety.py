@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from pytest_wedge.errors import AlreadyRunningError, ComponentStartError, WedgeError
-from pytest_wedge.runtime import process
-from pytest_wedge.runtime.base import SESSION_ENV
+from pytest_wedge.runtime import launcher
+from pytest_wedge.runtime.interface import SESSION_ENV
 from pytest_wedge.runtime.process import ProcessRuntime
 from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.waiting import wait_for
@@ -172,5 +172,5 @@ def test_threads_hammering_one_component_leave_one_owned_child_in_a_coherent_sta
 
 def test_resolving_prctl_happens_once_in_the_parent() -> None:
     # The child calls this object; resolving it is the parent's job, done at import.
-    assert process._PRCTL is not None
-    assert process._PRCTL.__name__ == "prctl"  # type: ignore[attr-defined]
+    assert launcher._PRCTL is not None
+    assert launcher._PRCTL.__name__ == "prctl"  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.routers.kinds import RouterSpec
+from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.scenarios import catalog, load_scenario
 from pytest_wedge.scenarios.per_router import for_router
 

@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_wedge.stubs.config import SLOT_POLICIES, StubConfig, parse_args
-from pytest_wedge.stubs.engine import Engine
 from pytest_wedge.stubs.engine_faults import parse_fault
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.exposition import gauge_values
 from pytest_wedge.stubs.prefill import bootstrap_app
 from pytest_wedge.stubs.server import make_app

@@ -17,8 +17,8 @@ from aiohttp import ClientResponse, ClientSession
 from aiohttp.test_utils import TestServer
 
 from pytest_wedge.stubs.config import StubConfig, parse_args
-from pytest_wedge.stubs.engine import Engine
 from pytest_wedge.stubs.engine_faults import FaultError, parse_fault
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.prefill import bootstrap_app
 from pytest_wedge.stubs.server import make_app
 

@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestServer
 
 from pytest_wedge.faults import ErrorStatus
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
-from pytest_wedge.stubs.engine_faults import FaultError, FaultSet, parse_fault
+from pytest_wedge.stubs.engine_faults import FaultError, StubFaultSet, parse_fault
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.server import make_app
 
 
@@ -87,7 +87,7 @@ def test_first_n_and_probability_together_give_at_most_n_errors() -> None:
 
 
 def test_the_unlimited_default_errors_every_request_and_lists_as_before() -> None:
-    faults = FaultSet(seed=3)
+    faults = StubFaultSet(seed=3)
     fault = parse_fault({"name": "e", "kind": "error_status"})
     assert (fault.first_n, fault.probability) == (0, 1.0)
     assert "first_n" not in fault.to_json() and "probability" not in fault.to_json()

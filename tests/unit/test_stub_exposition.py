@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from pytest_wedge.stubs import exposition, vllm_metrics
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.textgen import parse_request
 
 PROTOCOLS: dict[

@@ -15,11 +15,11 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
 from pytest_wedge.stubs.engine_faults import parse_fault
-from pytest_wedge.stubs.ledger import Entry
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.prefill import bootstrap_app
 from pytest_wedge.stubs.server import make_app
+from pytest_wedge.stubs.worker_ledger import Entry
 
 ITL_S = 0.05
 SLACK_S = 0.05  # scheduling slack of one event loop running servers and clients together

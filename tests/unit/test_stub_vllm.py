@@ -10,7 +10,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.spec.marker_args import wedge
 from pytest_wedge.spec.topology import LEDGERLESS_FLAG, ComponentSpec, StubOptions
 from pytest_wedge.stubs.config import StubConfig, parse_args
-from pytest_wedge.stubs.engine import Engine
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.textgen import BadRequest, parse_request
 from pytest_wedge.stubs.vllm import apply_kv_params, kv_handle
 

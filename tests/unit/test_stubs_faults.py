@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_wedge.stubs.engine_faults import KINDS, FaultError, FaultSet, parse_fault
+from pytest_wedge.stubs.engine_faults import KINDS, FaultError, StubFaultSet, parse_fault
 
 
 def test_every_kind_parses_with_its_required_params() -> None:
@@ -50,7 +50,7 @@ def test_invalid_faults_say_what_is_wrong(body: object, text: str) -> None:
 
 
 def test_fault_set_matches_by_kind_and_origin() -> None:
-    faults = FaultSet()
+    faults = StubFaultSet()
     assert faults.find("serialize", "any") is None
     faults.add(parse_fault({"name": "a", "kind": "stall_before_first_token", "origin": "h"}))
     faults.add(parse_fault({"name": "b", "kind": "serialize"}))

@@ -9,11 +9,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_wedge.stubs.config import StubConfig
-from pytest_wedge.stubs.engine import Engine
+from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.exposition import COUNTERS, GAUGES, make_registry, render
-from pytest_wedge.stubs.ledger import Entry, Ledger
 from pytest_wedge.stubs.sched import SlotPool, ThroughputWindow
 from pytest_wedge.stubs.textgen import parse_request
+from pytest_wedge.stubs.worker_ledger import Entry, Ledger
 
 
 def entry(origin: str = "h", room: int | None = None) -> Entry:

@@ -137,7 +137,7 @@ def test_300_requests_are_300_rows_and_the_last_axis_label_stays_inside() -> Non
 def test_a_failure_without_a_moment_is_marked_when_the_evidence_was_taken() -> None:
     snap, _ = three_hundred()
     tl = build_timeline(locate(snap), snap, failure="AssertionError: boom")
-    assert [(m.kind, m.at) for m in tl.moments] == [("diagnosis", NOW), ("failure", NOW)]
+    assert [(m.kind, m.at) for m in tl.markers] == [("diagnosis", NOW), ("failure", NOW)]
 
 
 def test_axis_ticks_are_round_numbers_within_the_span() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_wedge.errors import MissingBinaryError
-from pytest_wedge.topology.toxiproxy import (
+from pytest_wedge.runtime.binaries import (
     INSTALL_HINT,
     MAKE_HINT,
     find_toxiproxy,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_wedge.errors import ComponentStartError
-from pytest_wedge.runtime.base import wait_ready
+from pytest_wedge.runtime.interface import wait_ready
 from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.waiting import Clock, WaitTimeout, in_background, observe, poll, wait_for
 

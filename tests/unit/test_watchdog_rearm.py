@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from pytest_wedge.waiting import wait_for
-from pytest_wedge.watchdogs.kinds import CallableWatchdog
+from pytest_wedge.watchdogs.watchdog import CallableWatchdog
 
 SCENE: Any = object()  # CallableWatchdog only hands the scene to its check
 

@@ -4,6 +4,6 @@ Nothing in this package may read ground truth: no stub ledger, no fault, no toxi
 runtime view. ``tests/unit/test_blind_isolation.py`` walks its imports to keep it so.
 """
 
-from pytest_wedge.diagnostics.blind.locate import hop_order, locate_blind
+from pytest_wedge.diagnostics.blind.locate import locate_blind
 
-__all__ = ["hop_order", "locate_blind"]
+__all__ = ["locate_blind"]

@@ -1,11 +1,8 @@
-"""The client's own view: which requests are wedged now, and how far each one got.
+"""The client's own view (the harness is ours, so its ledger is fair evidence): which requests
+are wedged now, and how far each one got.
 
-Only the client ledger is read here (the harness is ours, so its view is fair evidence).
-
-- The overdue clock starts when a request was *sent* (its head on the socket), not when it was
-  created: a request still waiting to be sent under CPU load is "not sent yet", not wedged.
-- A request that never left counts as held by the client only with evidence that the client
-  holds it: its load's connection pool is exhausted (in use = limit).
+- The overdue clock starts when a request was *sent*: one still waiting to be sent under CPU
+  load is "not sent yet", not wedged, unless its load's connection pool is exhausted.
 - Failures count for the current window only: those that ended before ``since`` (or, without
   it, before the oldest request stuck now was sent) belong to an earlier episode.
 """
@@ -15,9 +12,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+
+from pytest_wedge.evidence.observed import ClientRecord
 
 FAILED = frozenset({"error", "timeout", "unknown"})
+# Our client's errors: httpx and aiohttp exception names, and load/chat_request.py's own texts.
 CONNECT_ERRORS = (
     "ConnectError",
     "onnection refused",
@@ -33,7 +32,17 @@ BROKEN = (
     "stream ended without [DONE]",
     "load stopped",
 )
-_STATUS = re.compile(r"HTTP (\d{3})")
+# The routers' error codes and messages (docs/router-protocol.md, docs/routers.md).
+ROUTER_CODES = (
+    "no_available_workers",
+    "prefill_internal_error",
+    "prefill_unavailable",
+    "decode_internal_error",
+    "decode_unavailable",
+    "admission_queue",
+    "PD disaggregation request failed",
+    "pd_prefill_queue",
+)
 _URL = re.compile(r"(https?://[0-9a-zA-Z.\-]+:\d+)")
 # vllm-router's plain-text errors name no code: "Prefill server URL returned 500 ...", which
 # says the worker answered with an error (not that the router could not reach it).
@@ -51,21 +60,21 @@ class Phase:
     url: str = ""  # an upstream URL named in the error
 
 
-def load_key(record: dict[str, Any]) -> str:
+def load_key(record: ClientRecord) -> str:
     """``origin-runid``: the load a record came from (one load, one connection pool)."""
-    origin, rid = str(record.get("origin")), str(record.get("request_id"))
+    origin, rid = record.get("origin", "?"), record.get("request_id", "?")
     rest = rid[len(origin) + 1 :] if rid.startswith(origin + "-") else rid
     return f"{origin}-{rest.split('-')[0]}"
 
 
-def queued_on_full_pool(record: dict[str, Any]) -> bool:
+def queued_on_full_pool(record: ClientRecord) -> bool:
     """The load's gauge on the record: it asked for a connection while all of its pool's
     connections were in use (``pool_in_use >= pool_limit``)."""
     limit, used = record.get("pool_limit"), record.get("pool_in_use")
     return isinstance(limit, int) and isinstance(used, int) and used >= limit
 
 
-def pools(records: list[dict[str, Any]]) -> dict[str, tuple[int, int | None]]:
+def pools(records: list[ClientRecord]) -> dict[str, tuple[int, int | None]]:
     """Per load: (connections in use, limit) as its latest record asking for one saw them;
     without the gauge, in use is the sent, unfinished requests and the limit unknown."""
     out: dict[str, tuple[int, int | None]] = {}
@@ -81,37 +90,22 @@ def pools(records: list[dict[str, Any]]) -> dict[str, tuple[int, int | None]]:
     return out
 
 
-def read_error(record: dict[str, Any]) -> Phase:
-    """What a failed request's error says (smg's error bodies name codes and upstream URLs)."""
-    error = str(record.get("error") or "")
+def read_error(record: ClientRecord) -> Phase:
+    """What a failed request's status and error say (the routers' error bodies name codes and
+    upstream URLs)."""
+    error = record.get("error") or ""
     state = record.get("state")
     url = m.group(1) if (m := _URL.search(error)) else ""
     if record.get("sent") is None and any(c in error for c in CONNECT_ERRORS):
         return Phase("failed", "refused", url=url)
-    if m := _STATUS.search(error):
-        status = int(m.group(1))
-        code = next(
-            (
-                c
-                for c in (
-                    "no_available_workers",
-                    "prefill_internal_error",
-                    "prefill_unavailable",
-                    "decode_internal_error",
-                    "decode_unavailable",
-                    "admission_queue",
-                    "PD disaggregation request failed",
-                    "pd_prefill_queue",
-                )
-                if c in error
-            ),
-            "",
-        )
+    status = record.get("status")
+    if status is not None and status >= 400:
+        code = next((c for c in ROUTER_CODES if c in error), "")
         if not code and (returned := _RETURNED.search(error)):
             code = f"{returned.group(1).lower()}_returned_error"
         return Phase("failed", "status", status=status, code=code, url=url)
     if "stream error frame" in error or "truncated error frame" in error:
-        timed = "timed out" in error or "timeout" in error
+        timed = "timed out" in error or "timeout" in error  # the router's frame says why
         return Phase("failed", "stream timeout" if timed else "stream error", url=url)
     if state == "timeout":
         return Phase("failed", "deadline")
@@ -123,7 +117,7 @@ def read_error(record: dict[str, Any]) -> Phase:
     return Phase("failed", "other", code=error[:60])
 
 
-def phase(record: dict[str, Any], now: float, overdue_after_s: float) -> Phase:
+def phase(record: ClientRecord, now: float, overdue_after_s: float) -> Phase:
     """The phase of a request known to be wedged (see :func:`wedged`)."""
     if record.get("state") in FAILED and record.get("state") != "timeout":
         return read_error(record)
@@ -142,14 +136,14 @@ def phase(record: dict[str, Any], now: float, overdue_after_s: float) -> Phase:
 class Window:
     """The wedged requests of the current window, and those set aside with why."""
 
-    wedged: list[dict[str, Any]]
+    wedged: list[ClientRecord]
     not_sent_yet: dict[str, int]  # origin -> pending requests not sent, pool not exhausted
     earlier: dict[str, int]  # origin -> failures that ended before the window
     starts: float | None
 
 
 def wedged(
-    records: list[dict[str, Any]],
+    records: list[ClientRecord],
     now: float,
     overdue_after_s: float,
     window_s: float,
@@ -157,10 +151,11 @@ def wedged(
 ) -> Window:
     """Pending requests overdue by their ``sent`` clock (or never sent, behind an exhausted
     pool), and requests that failed within the current window."""
-    stuck, failed = [], []
+    stuck: list[ClientRecord] = []
+    failed: list[ClientRecord] = []
     not_sent: Counter[str] = Counter()
     for r in records:
-        origin = str(r.get("origin"))
+        origin = r.get("origin", "?")
         if r.get("state") == "pending":
             if r.get("sent") is None:
                 waited = now - float(r.get("created") or now)
@@ -184,7 +179,7 @@ def wedged(
     current = []
     for r in failed:
         if starts is not None and float(r.get("finished") or 0.0) < starts:
-            earlier[str(r.get("origin"))] += 1
+            earlier[r.get("origin", "?")] += 1
         else:
             current.append(r)
     return Window(stuck + current, dict(not_sent), dict(earlier), starts)

@@ -8,8 +8,6 @@ for transport errors, the upstream URL it could not reach; that URL is the liste
 
 from __future__ import annotations
 
-from typing import Any
-
 from pytest_wedge.diagnostics.blind.clientside import Phase
 from pytest_wedge.diagnostics.blind.rules import router_down
 from pytest_wedge.diagnostics.blind.servers import (
@@ -20,26 +18,19 @@ from pytest_wedge.diagnostics.blind.servers import (
     Verdict,
     Worker,
 )
+from pytest_wedge.evidence.observed import RouterMetrics
 
 
-def _router_errors(s: Servers, worker_type: str, error_type: str) -> float:
-    def total(metrics: dict[str, Any]) -> float:
-        rows: list[dict[str, Any]] = metrics.get("errors") or []
+def _router_errors(s: Servers, worker_type: str, error_type: str | None = None) -> float:
+    """Errors (of ``error_type``, or any) the router counted against ``worker_type`` in the
+    window (smg_worker_errors_total)."""
+
+    def total(metrics: RouterMetrics) -> float:
         return sum(
-            float(r.get("value", 0.0))
-            for r in rows
-            if r.get("worker_type") == worker_type and r.get("error_type") == error_type
+            r["value"]
+            for r in metrics.get("errors", [])
+            if r["worker_type"] == worker_type and error_type in (None, r["error_type"])
         )
-
-    return max(0.0, total(s.obs.router) - total(s.obs.router_before))
-
-
-def _errors_of(s: Servers, worker_type: str) -> float:
-    """Errors of any type the router counted against ``worker_type`` in the window."""
-
-    def total(metrics: dict[str, Any]) -> float:
-        rows: list[dict[str, Any]] = metrics.get("errors") or []
-        return sum(float(r.get("value", 0.0)) for r in rows if r.get("worker_type") == worker_type)
 
     return max(0.0, total(s.obs.router) - total(s.obs.router_before))
 
@@ -57,7 +48,7 @@ def _opened_by(s: Servers) -> tuple[Worker, str] | None:
                 f"{d.name} counted {refused:g} failed bootstrap handshakes with "
                 f"{p.name} in the window (num_bootstrap_failed_reqs)"
             )
-    by_role = {role: _errors_of(s, role) for role in ("prefill", "decode")}
+    by_role = {role: _router_errors(s, role) for role in ("prefill", "decode")}
     for role, other in (("prefill", "decode"), ("decode", "prefill")):
         if by_role[role] and not by_role[other] and (w := s.failing(role)) is not None:
             return w, (
@@ -93,19 +84,18 @@ def _is(n: int) -> str:
     return "is" if n == 1 else "are"
 
 
-def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
-    links = [link for link in s.obs.link_names if link != "client->router"]
-    refusing = (
-        f"the router refuses for want of workers ({n} answered {ph.status} no_available_workers)"
-    )
+def _refused_for(
+    s: Servers, refusing: str, since: float | None
+) -> tuple[Verdict | None, list[str]]:
+    """What keeps the router's workers away, before the breakers are read: a dead or silent
+    worker, or (when no worker restarted in the window) a link. Also the restarts."""
     for w in s.workers.values():
         if w.dead:
-            return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", refusing)
+            return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", refusing), []
     for w in s.workers.values():
         if not w.answers:
-            return s.verdict(
-                w.name, LIKELY, f"{w.name} does not answer /health on its own port", refusing
-            )
+            why = f"{w.name} does not answer /health on its own port"
+            return s.verdict(w.name, LIKELY, why, refusing), []
     # A worker that restarted in the window is back: what broke while it was away (breakers,
     # transfers) says nothing about a link.
     back = [
@@ -113,36 +103,43 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
         for w in s.workers.values()
         if (t := s.restarted(w.name, since)) is not None
     ]
-    if not back:
-        if (v := s.broken_path(links)) is not None:
-            v.because.append(refusing)
-            return v
-        for link in links:
-            if (gap := s.swallowed_line(link)) is not None:
-                return s.verdict(link, LIKELY, gap, refusing)
-        for d in s.role("decode"):
-            if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
-                p = s.failing("prefill")
-                link = f"{d.name}->{(p or s.role('prefill')[0]).name}"
-                return s.verdict(
-                    link,
-                    LIKELY if p else UNKNOWN,
-                    refusing,
-                    f"{d.name} counted "
-                    f"{d.transfer_broken:g} KV transfers that broke in the window "
-                    f"(num_transfer_failed_reqs)",
-                )
+    return (None if back else _refused_over_a_link(s, refusing)), back
+
+
+def _refused_over_a_link(s: Servers, refusing: str) -> Verdict | None:
+    links = [link for link in s.obs.link_names if link != "client->router"]
+    if (v := s.broken_path(links)) is not None:
+        v.because.append(refusing)
+        return v
+    for link in links:
+        if (gap := s.swallowed_line(link)) is not None:
+            return s.verdict(link, LIKELY, gap, refusing)
+    for d in s.role("decode"):
+        if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
+            p = s.failing("prefill")
+            return s.verdict(
+                f"{d.name}->{(p or s.role('prefill')[0]).name}",
+                LIKELY if p else UNKNOWN,
+                refusing,
+                f"{d.name} counted {d.transfer_broken:g} KV transfers that broke in the window "
+                f"(num_transfer_failed_reqs)",
+            )
+    return None
+
+
+def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
+    refusing = (
+        f"the router refuses for want of workers ({n} answered {ph.status} no_available_workers)"
+    )
+    found, back = _refused_for(s, refusing, since)
+    if found is not None:
+        return found
     opened = [w.name for w in s.workers.values() if w.cb_open]
     if opened and not back and (cause := _opened_by(s)) is not None:
         # Whether it still fails cannot be seen while the breakers keep traffic off it.
         w, why = cause
-        return s.verdict(
-            w.name,
-            LIKELY,
-            why,
-            f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)",
-            refusing,
-        )
+        breakers = f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)"
+        return s.verdict(w.name, LIKELY, why, breakers, refusing)
     sick = [w.name for w in s.workers.values() if not w.router_healthy]
     healthy = [d.name for d in s.role("decode") if d.answers]
     for w in s.workers.values():
@@ -169,7 +166,15 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
     return s.verdict("router", sure, *lines, *back)
 
 
-def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | None:
+def _bootstrap_refused(s: Servers, d: Worker) -> bool:
+    """``d``'s failed transfers were all handshakes (num_bootstrap_failed_reqs, none broken
+    on the wire) over links that carry /health to the prefills' bootstrap servers: those
+    servers answered the KV fetch, and refused it."""
+    links = [f"via {d.name}->{p.name}" for p in s.role("prefill")]
+    return d.transfer_broken == 0 and all(s.obs.health.get(link) == "ok" for link in links)
+
+
+def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     failing = sorted(
         (d for d in s.role("decode") if d.transfer_failures > 0), key=lambda d: -d.transfer_failures
     )
@@ -184,7 +189,7 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
         v.because.append(line)
         return v
     p = s.failing("prefill")
-    if "prefill answered" in error:  # the bootstrap server answered, and refused
+    if _bootstrap_refused(s, d):
         if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:
             s.rule_out(
                 f"{d.name}->{c.name}", "the prefill's bootstrap server answered (it refused)"
@@ -193,8 +198,8 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
                 c.name,
                 LIKELY,
                 line,
-                "a prefill's bootstrap server answered the "
-                "KV fetch with an error (the decode says: prefill answered)",
+                "a prefill's bootstrap server answered the KV fetch with an error "
+                "(the handshakes failed over links that carry /health)",
                 f"{c.name} counted {s.obs.grew(c.name, 'num_aborted_requests'):g} "
                 f"aborted requests in the window (sglang:num_aborted_requests), "
                 f"the other prefills about none: its legs were the ones cancelled",
@@ -211,8 +216,8 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
             p.name,
             CERTAIN,
             line,
-            f"{p.name}'s bootstrap server answered the KV "
-            f"fetch with an error (the decode says: prefill answered)",
+            f"{p.name}'s bootstrap server answered the KV fetch with an error "
+            "(the handshakes failed over links that carry /health)",
             f"{p.name} is the prefill the router counted the failures against",
         )
     named = s.obs.named_url(ph.url) if ph.url else None
@@ -244,13 +249,13 @@ def _transfer_failed(s: Servers, ph: Phase, n: int, error: str) -> Verdict | Non
     )
 
 
-def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> Verdict:
+def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     head = f"{n} requests answered {ph.status} {ph.code or ''}".rstrip()
     if ph.code == "no_available_workers":
         return _refused_by_router(s, ph, n, since)
     if ph.code in ("admission_queue", "pd_prefill_queue"):
         return s.verdict("router", CERTAIN, head, "the router's admission refused them")
-    if (v := _transfer_failed(s, ph, n, error)) is not None:
+    if (v := _transfer_failed(s, ph, n)) is not None:
         return v
     if ph.code.startswith(("prefill", "decode")):
         role = ph.code.split("_")[0]
@@ -286,9 +291,8 @@ def _status(s: Servers, ph: Phase, n: int, error: str, since: float | None) -> V
     return s.verdict("router", UNKNOWN, head, "the error names no component")
 
 
-def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str = "") -> Verdict:
-    """``n`` requests of the current window that failed the same way (``error``: one of their
-    error texts)."""
+def held_failed(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
+    """``n`` requests of the current window that failed the same way."""
     if ph.detail == "refused":
         alive = "; the router itself answers /health on its own port" if s.router_answers else ""
         return s.verdict(
@@ -298,7 +302,7 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None, error: str =
             f"router's front address (connection refused){alive}",
         )
     if ph.detail == "status":
-        return _status(s, ph, n, error, since)
+        return _status(s, ph, n, since)
     if (v := router_down(s)) is not None:
         return v
     if ph.detail == "broken":

@@ -1,55 +1,34 @@
-"""The blind locator: a pure function of :class:`Observed`, nothing else.
-
-1. The client ledger says which requests are wedged in the current window and how far each
-   got (:mod:`.clientside`).
-2. Requests wedged the same way form a group; the servers' public faces say where each group
-   is held (:mod:`.rules`, :mod:`.failures`), with a confidence, the lines that decided it and
-   what was ruled out.
-3. The location is the hop holding most of the origin's wedged requests (ties go upstream);
-   its confidence is that group's, lowered when the location holds less than half of them.
-"""
+"""The blind locator, a pure function of :class:`Observed`: the client ledger says which
+requests are wedged and how far each got (``clientside``); the rules (``rules``, ``failures``)
+place each group wedged the same way; the location is the hop holding most of the origin's."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
-from pytest_wedge.diagnostics.blind.clientside import (
-    Phase,
-    Window,
-    load_key,
-    phase,
-    pools,
-    wedged,
-)
+from pytest_wedge.diagnostics.blind.clientside import Phase, Window, load_key, phase, pools, wedged
 from pytest_wedge.diagnostics.blind.failures import held_failed
 from pytest_wedge.diagnostics.blind.origins import red_herrings, split_line
 from pytest_wedge.diagnostics.blind.rules import held_direct, held_stream, held_upstream
 from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, Servers, Verdict
-from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail
-from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail, place
+from pytest_wedge.evidence.observed import ClientRecord, Observed
 
 MAX_DETAILS = 500
 RESTART_SLACK_S = 2.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-Key = tuple[str, Any]
+# How a group of wedged requests got where it is: sent straight to a worker (its name), or
+# the phase it reached through the router.
+Key = str | Phase
+Held = tuple[ClientRecord, str, Key]  # a request of the origin, the hop holding it, its group
 
 
-def hop_order(obs: Observed) -> list[str]:
-    """Every hop in the order a request meets it: upstream first (ties go there)."""
-    hops = ["client", "client->router", "router"]
-    hops += [h for p in obs.prefill for h in (f"router->{p}", p)]
-    hops += [f"{d}->{p}" for d in obs.decode for p in obs.prefill]
-    hops += [h for d in obs.decode for h in (f"router->{d}", d)]
-    return hops
-
-
-def _key(obs: Observed, r: dict[str, Any], now: float, overdue_after_s: float) -> Key:
-    target = obs.named_url(str(r.get("target") or ""))
-    if target in obs.worker_names:
-        return ("direct", target)
-    return ("phase", phase(r, now, overdue_after_s))
+def _key(obs: Observed, r: ClientRecord, now: float, overdue_after_s: float) -> Key:
+    target = obs.named_url(r.get("target") or "")
+    if target is not None and target in obs.worker_names:
+        return target
+    return phase(r, now, overdue_after_s)
 
 
 def _verdict(
@@ -59,49 +38,42 @@ def _verdict(
     since: float | None,
     by_pool: dict[str, tuple[int, int | None]],
     load: str,
-    error: str,
     held_from: float | None,
     rate: float = 0.0,
 ) -> Verdict:
     s = Servers(obs, held_from, since=since)
-    kind, what = key
-    if kind == "direct":
-        return held_direct(s, str(what))
-    assert isinstance(what, Phase)
+    if isinstance(key, str):
+        return held_direct(s, key)
+    what = key
     if what.kind == "unsent":
         used, limit = by_pool.get(load, (0, None))
+        why = f"{load}: its connection pool is exhausted ({used} of {limit} connections in use)"
         return Verdict(
             "client",
             CERTAIN,
-            [
-                f"{load}: its connection pool is exhausted ({used} of "
-                f"{limit} connections in use) and {n} requests wait "
-                f"for a connection: the client holds them"
-            ],
+            [f"{why} and {n} requests wait for a connection: the client holds them"],
         )
     if what.kind == "no answer":
         return held_upstream(s, n)
     if what.kind == "failed":
-        return held_failed(s, what, n, since, error)
+        return held_failed(s, what, n, since)
     return held_stream(s, what.kind, n, rate)
 
 
-def client_rate(records: list[dict[str, Any]], now: float) -> float:
+def client_rate(records: list[ClientRecord], now: float) -> float:
     """The median tokens per second each of ``records`` received since its first token."""
     rates = sorted(
-        int(r.get("tokens") or 0)
-        / max(1e-3, float(r.get("last_byte") or now) - float(r["first_token"]))
+        int(r.get("tokens") or 0) / max(1e-3, float(r.get("last_byte") or now) - first)
         for r in records
-        if r.get("first_token") is not None
+        if (first := r.get("first_token")) is not None
     )
     return rates[len(rates) // 2] if rates else 0.0
 
 
 def _describe(key: Key) -> str:
-    kind, what = key
-    if kind == "direct":
-        return f"sent straight to {what}"
-    assert isinstance(what, Phase)
+    if isinstance(key, str):
+        return f"sent straight to {key}"
+    what = key
     return {
         "unsent": "never left the client",
         "no answer": "sent, no response head",
@@ -116,8 +88,8 @@ def _facts(
     s: Servers,
     origin: str,
     win: Window,
-    mine: list[dict[str, Any]],
-    wedged_mine: list[tuple[dict[str, Any], str, Key]],
+    mine: list[ClientRecord],
+    wedged_mine: list[Held],
 ) -> list[str]:
     sent = sum(1 for r in mine if r.get("sent") is not None)
     failed = sum(1 for r, _, _ in wedged_mine if r.get("state") != "pending")
@@ -173,28 +145,18 @@ def log_line(obs: Observed, component: str) -> str | None:
     return None
 
 
-def locate_blind(
-    obs: Observed,
-    origin: str = "harness",
-    overdue_after_s: float = 1.0,
-    *,
-    window_s: float = 10.0,
-    since: float | None = None,
-) -> Diagnosis:
-    """Name the hop holding ``origin``'s wedged requests from what an operator observes.
-
-    ``since`` is the start of the current fault window: failures that ended before it belong
-    to an earlier one. ``none`` when nothing of ``origin`` is wedged."""
+def _group(
+    obs: Observed, origin: str, overdue_after_s: float, win: Window
+) -> tuple[dict[Key, Verdict], list[Held]]:
+    """Group the wedged requests by how far they got, and ask the rules where each group is
+    held: the verdicts, and every wedged request with its hop and group."""
     now = obs.client_now
-    order = {hop: i for i, hop in enumerate(hop_order(obs))}
-    win = wedged(obs.client, now, overdue_after_s, window_s, since)
     by_pool = pools(obs.client)
-    groups: dict[Key, list[dict[str, Any]]] = {}
+    groups: dict[Key, list[ClientRecord]] = {}
     for r in win.wedged:
         groups.setdefault(_key(obs, r, now, overdue_after_s), []).append(r)
     verdicts: dict[Key, Verdict] = {}
-    stuck: dict[str, dict[str, int]] = {}
-    held: list[tuple[dict[str, Any], str, Key]] = []
+    held: list[Held] = []
     for key, records in groups.items():
         ours = sum(1 for r in records if r.get("origin") == origin)
         onset = min(float(r.get("sent") or r.get("created") or now) for r in records)
@@ -210,25 +172,54 @@ def locate_blind(
             starts,
             by_pool,
             load_key(records[0]),
-            str(records[0].get("error") or ""),
             held_from,
             client_rate(records, now),
         )
-        for r in records:
-            by_origin = stuck.setdefault(verdict.hop, {})
-            by_origin[str(r.get("origin"))] = by_origin.get(str(r.get("origin")), 0) + 1
-            if r.get("origin") == origin:
-                held.append((r, verdict.hop, key))
-    counts = Counter(hop for _, hop, _ in held)
-    location: str = "none"
-    confidence, decided, ruled = CERTAIN, [], []
-    if counts:
-        location = min(counts, key=lambda h: (-counts[h], order.get(h, len(order))))
+        held += [(r, verdict.hop, key) for r in records]
+    return verdicts, held
+
+
+def _detail(r: ClientRecord, hop: str, key: Key, verdict: Verdict, now: float) -> RequestDetail:
+    end = float(r.get("finished") or now)
+    return RequestDetail(
+        request_id=r.get("request_id", "?"),
+        origin=r.get("origin", "?"),
+        state=r.get("state", "?"),
+        age_s=round(end - float(r.get("sent") or r.get("created") or now), 3),
+        furthest=_describe(key),
+        holding=hop,
+        note=(verdict.because or [""])[0][:120],
+    )
+
+
+def locate_blind(
+    obs: Observed,
+    origin: str = "harness",
+    overdue_after_s: float = 1.0,
+    *,
+    window_s: float = 10.0,
+    since: float | None = None,
+) -> Diagnosis:
+    """Name the hop holding ``origin``'s wedged requests from what an operator observes
+    (``none`` when nothing of it is wedged). ``since`` is the start of the current fault
+    window: failures that ended before it belong to an earlier one."""
+    now = obs.client_now
+    win = wedged(obs.client, now, overdue_after_s, window_s, since)
+    verdicts, everyone = _group(obs, origin, overdue_after_s, win)
+    pairs = [(hop, r.get("origin", "?")) for r, hop, _ in everyone]
+    location, stuck = place(pairs, origin, obs.prefill, obs.decode)
+    held = [h for h in everyone if h[0].get("origin") == origin]
+    best = Verdict("none", CERTAIN, [])
+    if held:
         at = Counter(k for _, hop, k in held if hop == location)
         best = verdicts[at.most_common(1)[0][0]]
-        confidence, decided, ruled = best.confidence, best.because, best.ruled_out
-        if confidence == CERTAIN and counts[location] * 3 < 2 * len(held):
-            confidence = LIKELY  # another hop holds a good share of them too
+    confidence = best.confidence
+    if (
+        confidence == CERTAIN
+        and held
+        and sum(hop == location for _, hop, _ in held) * 3 < 2 * len(held)
+    ):
+        confidence = LIKELY  # another hop holds a good share of them too
     s = Servers(obs)
     mine = [r for r in obs.client if r.get("origin") == origin]
     evidence = _facts(obs, s, origin, win, mine, held)
@@ -238,35 +229,21 @@ def locate_blind(
     for component in sorted(near & {"router", *obs.worker_names}):
         if (line := log_line(obs, component)) is not None:
             evidence.append(line)
-    details = [
-        RequestDetail(
-            request_id=str(r.get("request_id")),
-            origin=origin,
-            state=str(r.get("state")),
-            age_s=round(
-                float(r.get("finished") or now) - float(r.get("sent") or r.get("created") or now), 3
-            ),
-            furthest=_describe(k),
-            holding=hop,
-            note=(verdicts[k].because or [""])[0][:120],
-        )
-        for r, hop, k in held[:MAX_DETAILS]
-    ]
     return Diagnosis(
         location=location,
         origin=origin,
         evidence=evidence,
-        stuck=dict(sorted(stuck.items(), key=lambda kv: order.get(kv[0], len(order)))),
+        stuck=stuck,
         red_herrings=red_herrings(s, origin),
-        requests=details,
+        requests=[_detail(r, hop, k, verdicts[k], now) for r, hop, k in held[:MAX_DETAILS]],
         wedged=len(held),
         total=len(mine),
         taken_at=now,
         overdue_after_s=overdue_after_s,
         unanswered=dict(obs.unanswered),
         confidence=confidence,
-        decided_by=list(decided),
-        ruled_out=list(ruled),
+        decided_by=list(best.because),
+        ruled_out=list(best.ruled_out),
         locator="blind",
         window_start=win.starts,
     )

@@ -1,13 +1,6 @@
-"""Who a worker's activity belongs to, without its ledger.
-
-Engines count requests and tokens, not origins. The split comes from three public facts:
-
-- the router's per-worker in-flight gauge (``smg_worker_requests_active``) is the router's
-  share of a worker's load;
-- the client ledger knows which of its requests went straight to a worker's own URL (a stray
-  requester bypassing the router) and how many tokens each received;
-- whatever is left came from someone this client does not know, and is reported as such.
-"""
+"""Who a worker's activity belongs to, without its ledger: the router's share is its per-worker
+in-flight gauge, the client ledger knows what it sent straight to a worker, and whatever is left
+came from someone this client does not know."""
 
 from __future__ import annotations
 
@@ -25,7 +18,7 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
     out = []
     for name, w in s.workers.items():
         records = direct.get(name, [])
-        pending = Counter(str(r.get("origin")) for r in records if r.get("state") == "pending")
+        pending = Counter(r.get("origin", "?") for r in records if r.get("state") == "pending")
         rates = received_rates(records, now)
         others = sorted(
             {
@@ -72,10 +65,9 @@ def split_line(s: Servers, location: str, origin: str) -> str | None:
         return None
     obs = s.obs
     via_router = Counter(
-        str(r.get("origin"))
+        r.get("origin", "?")
         for r in obs.client
-        if r.get("state") == "pending"
-        and obs.named_url(str(r.get("target") or "")) not in s.workers
+        if r.get("state") == "pending" and obs.named_url(r.get("target") or "") not in s.workers
     )
     direct = f"; {w.direct} were sent to it directly" if w.direct else ""
     if set(via_router) <= {origin}:

@@ -9,9 +9,8 @@ origin nobody here can tell, and is reported so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.evidence.observed import ClientRecord, Observed
 
 DEAD = {
     "stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
@@ -126,7 +125,7 @@ class Worker:
         return f"{self.name}: {held} (sglang gauges); router in flight {self.in_flight:g}{direct}"
 
 
-def received_rates(records: list[dict[str, Any]], now: float) -> dict[str, float]:
+def received_rates(records: list[ClientRecord], now: float) -> dict[str, float]:
     """Tokens per second each origin received over the last second (from its records)."""
     start = now - RATE_WINDOW_S
     rates: dict[str, float] = {}
@@ -137,7 +136,7 @@ def received_rates(records: list[dict[str, Any]], now: float) -> dict[str, float
         end = float(r.get("last_byte") or r.get("finished") or now)
         per_s = tokens / max(end - float(first), 1e-3)
         overlap = max(0.0, min(end, now) - max(float(first), start))
-        key = str(r.get("origin"))
+        key = r.get("origin", "?")
         rates[key] = rates.get(key, 0.0) + per_s * overlap / RATE_WINDOW_S
     return rates
 
@@ -147,11 +146,11 @@ def _rate(obs: Observed, name: str) -> float | None:
     return grew / window if grew is not None and window > 0 else None
 
 
-def direct_records(obs: Observed) -> dict[str, list[dict[str, Any]]]:
+def direct_records(obs: Observed) -> dict[str, list[ClientRecord]]:
     """Client-ledger requests whose target is a worker's own URL (not the router), per worker."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[ClientRecord]] = {}
     for r in obs.client:
-        name = obs.named_url(str(r.get("target") or ""))
+        name = obs.named_url(r.get("target") or "")
         if name in obs.worker_names:
             out.setdefault(name, []).append(r)
     return out
@@ -174,8 +173,8 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
     failures = sum(
         obs.grew(name, c) for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs")
     )
-    cb = (obs.router.get("cb_state") or {}).get(name, 0.0)
-    health = (obs.router.get("health") or {}).get(name, 1.0)
+    cb = obs.router.get("cb_state", {}).get(name, 0.0)
+    health = obs.router.get("health", {}).get(name, 1.0)
     held_now = sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES)
     # A router that keeps no per-worker count: its share of a worker is what the worker holds
     # beyond the requests sent to it directly (nothing then counts as lost on the way).
@@ -312,7 +311,3 @@ class Servers:
             f"{link} swallowed bytes on connections that closed in the window ({parts} "
             f"entered and were never delivered; Toxiproxy byte counters)"
         )
-
-
-def flatten(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v:g}" for k, v in sorted(values.items()))

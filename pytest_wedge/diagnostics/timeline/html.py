@@ -106,7 +106,7 @@ def _faults(tl: Timeline, scale: Scale) -> str:
 def _marks(tl: Timeline, scale: Scale) -> tuple[str, str]:
     """The labels in their own lane, and the lines across the whole chart."""
     labels, lines = [], []
-    for i, m in enumerate(tl.moments):
+    for i, m in enumerate(tl.markers):
         pct = scale.pct(m.at)
         where = f" on {m.where}" if m.where else ""
         tip = html.escape(f"{m.label}{where} at +{m.at - tl.start:.2f}s")

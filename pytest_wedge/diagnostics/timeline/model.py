@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow, request_rows
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.evidence.truth import FaultRecord, FaultWindow, window_record
 from pytest_wedge.links.rates import LinkRates, rates_from_samples
 
 # Rows beyond this are dropped (the origin under test and wedged requests never are): a page of
@@ -26,8 +26,8 @@ class FaultSpan:
 
 
 @dataclass(frozen=True)
-class Moment:
-    """A vertical marker: a watchdog firing, the diagnosis, the failure, or a caller's mark."""
+class Marker:
+    """A vertical line: a watchdog firing, the diagnosis, the failure, or a caller's mark."""
 
     at: float
     label: str
@@ -47,7 +47,7 @@ class Timeline:
     end: float
     groups: dict[str, list[RequestRow]]
     faults: list[FaultSpan]
-    moments: list[Moment]
+    markers: list[Marker]
     links: list[str]
     rates: LinkRates
     evidence: list[str] = field(default_factory=list)
@@ -59,49 +59,30 @@ class Timeline:
         return sum(len(rows) for rows in self.groups.values())
 
 
-def fault_dict(window: Any) -> dict[str, Any]:
-    """A FaultWindow (or an already plain dict) as {description, target, started, ended}."""
-    if isinstance(window, dict):
-        return window
-    fault = window.fault
-    return {
-        "description": fault.describe(),
-        "target": fault.target,
-        "started": window.started,
-        "ended": window.ended,
-    }
-
-
-def _moments(
+def _markers(
     diagnosis: Diagnosis | None,
-    watchdogs: Sequence[dict[str, Any]],
+    watchdogs: Sequence[Mapping[str, object]],
     snapshot: Snapshot,
     marks: Iterable[Mark],
     failure: str | None,
-) -> list[Moment]:
+) -> list[Marker]:
     out = []
+    # The stubs' own firings and the report's watchdog rows (``name``, ``lane``).
     for w in [*(diagnosis.watchdogs if diagnosis else []), *watchdogs]:
-        if w.get("at") is None:
+        at = w.get("at")
+        if not isinstance(at, int | float):
             continue
-        name = str(w.get("watchdog") or w.get("name"))
-        out.append(
-            Moment(
-                float(w["at"]),
-                f"watchdog {name} fired",
-                "watchdog",
-                w.get("component") or w.get("lane"),
-                name,
-            )
-        )
+        name, where = str(w.get("watchdog") or w.get("name")), w.get("component") or w.get("lane")
+        where = str(where) if where else None
+        out.append(Marker(float(at), f"watchdog {name} fired", "watchdog", where, name))
     if diagnosis is not None:
-        out.append(Moment(snapshot.taken_at, f"diagnosis: {diagnosis.location}", "diagnosis"))
-    labels = [(float(at), label) for at, label in marks]
-    for at, label in labels:
+        out.append(Marker(snapshot.taken_at, f"diagnosis: {diagnosis.location}", "diagnosis"))
+    for at, label in marks:
         kind = "failure" if label.lower().startswith("fail") else "mark"
-        out.append(Moment(at, label, kind))
+        out.append(Marker(float(at), label, kind))
     if failure and not any(m.kind == "failure" for m in out):
         # The caller named a failure without its moment: the evidence was taken at it.
-        out.append(Moment(snapshot.taken_at, "failure", "failure"))
+        out.append(Marker(snapshot.taken_at, "failure", "failure"))
     return sorted(out, key=lambda m: m.at)
 
 
@@ -117,8 +98,8 @@ def _keep(rows: list[RequestRow], origin: str, cap: int) -> tuple[list[RequestRo
 def build_timeline(
     diagnosis: Diagnosis | None,
     snapshot: Snapshot,
-    fault_windows: Iterable[Any] = (),
-    watchdogs: Sequence[dict[str, Any]] = (),
+    fault_windows: Iterable[FaultWindow | FaultRecord] = (),
+    watchdogs: Sequence[Mapping[str, object]] = (),
     samples: Sequence[Snapshot] = (),
     *,
     title: str | None = None,
@@ -134,20 +115,15 @@ def build_timeline(
     for row in sorted(rows, key=lambda r: (r.origin != origin, r.origin)):
         groups.setdefault(row.origin, []).append(row)
     faults = [
-        FaultSpan(
-            str(f["description"]),
-            str(f.get("target")),
-            float(f["started"]),
-            float(f["ended"]) if f.get("ended") else None,
-        )
-        for f in map(fault_dict, fault_windows)
+        FaultSpan(f["description"], f["target"], f["started"], f["ended"] or None)
+        for f in map(window_record, fault_windows)
     ]
-    moments = _moments(diagnosis, watchdogs, snapshot, marks, failure)
+    markers = _markers(diagnosis, watchdogs, snapshot, marks, failure)
     rates = link_rates if link_rates is not None else rates_from_samples(samples)
-    times = [r.start for r in rows] + [f.start for f in faults] + [m.at for m in moments]
+    times = [r.start for r in rows] + [f.start for f in faults] + [m.at for m in markers]
     times += [s.start for spans in rates.spans.values() for s in spans[:1]]
     start = min(times, default=snapshot.taken_at - 1.0)
-    end = max([snapshot.taken_at, *(m.at for m in moments)])
+    end = max([snapshot.taken_at, *(m.at for m in markers)])
     return Timeline(
         title=title or "pytest-wedge timeline",
         failure=failure,
@@ -158,7 +134,7 @@ def build_timeline(
         end=max(end, start + 0.1),
         groups=groups,
         faults=faults,
-        moments=moments,
+        markers=markers,
         links=list(snapshot.link_names),
         rates=rates,
         evidence=list(diagnosis.evidence) if diagnosis else [],

@@ -1,26 +1,19 @@
-"""timeline.trace.json: the timeline as Chrome trace events, for Perfetto's UI and chrome://tracing.
+"""timeline.trace.json: the timeline as Chrome trace events (Perfetto, chrome://tracing).
 
-The format is the JSON "Trace Event Format" (``{"traceEvents": [...]}``). The layout mirrors
-the page: one process per origin with one thread per request (its hops as complete ``X``
-slices), a ``links`` process with one counter per link (bytes/s per direction), and a
-``faults and marks`` process with a thread per fault window and global instant events for the
-watchdog firings, the diagnosis and the failure. Times are microseconds from the timeline's
-start; ``otherData.start_unix_s`` says when that was.
-
-Slices on one thread must nest, or Perfetto drops them. A request's hops can overlap (the
-prefill still runs while the decode waits for its KV), so overlapping hops go to a second
-thread of the same request, named ``<request> (overlap)``.
+One process per origin with a thread per request (its hops as ``X`` slices), a ``links``
+process with a counter per link, and a ``faults and marks`` process. Slices on one thread must
+nest or Perfetto drops them: overlapping hops go to a second thread, ``<request> (overlap)``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pytest_wedge.diagnostics.timeline.model import Timeline
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow, Segment
 
 TRACE_FORMAT = "pytest-wedge/timeline-trace"
+Event = dict[str, object]  # one Trace Event Format event, as JSON
 FAULTS_PID, LINKS_PID, FIRST_ORIGIN_PID = 1, 2, 10
 
 
@@ -29,15 +22,35 @@ def _us(tl: Timeline, t: float) -> int:
     return round((t - tl.start) * 1e6)
 
 
-def _dur(tl: Timeline, start: float, end: float) -> int:
-    return max(_us(tl, end) - _us(tl, start), 0)
-
-
-def _meta(kind: str, pid: int, tid: int | None, **args: Any) -> dict[str, Any]:
-    event: dict[str, Any] = {"name": kind, "ph": "M", "pid": pid, "args": args}
+def _meta(kind: str, pid: int, tid: int | None, **args: object) -> Event:
+    event: Event = {"name": kind, "ph": "M", "pid": pid, "args": args}
     if tid is not None:
         event["tid"] = tid
     return event
+
+
+def _process(pid: int, name: str, sort_index: int) -> list[Event]:
+    return [
+        _meta("process_name", pid, None, name=name),
+        _meta("process_sort_index", pid, None, sort_index=sort_index),
+    ]
+
+
+def _slice(
+    tl: Timeline, name: str, cat: str, start: float, end: float, pid: int, tid: int, args: object
+) -> Event:
+    ts = _us(tl, start)
+    dur = max(_us(tl, end) - ts, 0)
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "ts": ts,
+        "dur": dur,
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
 
 
 def pack(segments: list[Segment]) -> list[list[Segment]]:
@@ -52,8 +65,8 @@ def pack(segments: list[Segment]) -> list[list[Segment]]:
     return lanes
 
 
-def _request(tl: Timeline, row: RequestRow, pid: int, tid: int) -> tuple[list[dict[str, Any]], int]:
-    events: list[dict[str, Any]] = []
+def _request(tl: Timeline, row: RequestRow, pid: int, tid: int) -> tuple[list[Event], int]:
+    events: list[Event] = []
     args = {
         "request_id": row.request_id,
         "origin": row.origin,
@@ -66,51 +79,27 @@ def _request(tl: Timeline, row: RequestRow, pid: int, tid: int) -> tuple[list[di
         name = row.request_id if depth == 0 else f"{row.request_id} (overlap)"
         events.append(_meta("thread_name", pid, tid, name=f"{name} [{row.state}]"))
         events.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
-        for seg in lane:
-            events.append(
-                {
-                    "name": seg.hop,
-                    "cat": "hop",
-                    "ph": "X",
-                    "ts": _us(tl, seg.start),
-                    "dur": _dur(tl, seg.start, seg.end),
-                    "pid": pid,
-                    "tid": tid,
-                    "args": args,
-                }
-            )
+        events += [_slice(tl, s.hop, "hop", s.start, s.end, pid, tid, args) for s in lane]
         tid += 1
     return events, tid
 
 
-def _faults_and_marks(tl: Timeline) -> list[dict[str, Any]]:
-    events = [
-        _meta("process_name", FAULTS_PID, None, name="faults and marks"),
-        _meta("process_sort_index", FAULTS_PID, None, sort_index=0),
-    ]
+def _faults_and_marks(tl: Timeline) -> list[Event]:
+    events = _process(FAULTS_PID, "faults and marks", 0)
     for tid, f in enumerate(tl.faults, start=1):
         end = f.end if f.end is not None else tl.end
+        args = {"target": f.target, "active at the end": f.end is None}
         events.append(_meta("thread_name", FAULTS_PID, tid, name=f"fault on {f.target}"))
-        events.append(
-            {
-                "name": f.label,
-                "cat": "fault",
-                "ph": "X",
-                "ts": _us(tl, f.start),
-                "dur": _dur(tl, f.start, end),
-                "pid": FAULTS_PID,
-                "tid": tid,
-                "args": {"target": f.target, "active at the end": f.end is None},
-            }
-        )
-    for m in tl.moments:
+        events.append(_slice(tl, f.label, "fault", f.start, end, FAULTS_PID, tid, args))
+    for m in tl.markers:
+        ts = _us(tl, m.at)
         events.append(
             {
                 "name": m.label,
                 "cat": m.kind,
                 "ph": "i",
                 "s": "g",
-                "ts": _us(tl, m.at),
+                "ts": ts,
                 "pid": FAULTS_PID,
                 "tid": 0,
                 "args": {"where": m.where},
@@ -119,63 +108,46 @@ def _faults_and_marks(tl: Timeline) -> list[dict[str, Any]]:
     return events
 
 
-def _links(tl: Timeline) -> list[dict[str, Any]]:
-    events = [
-        _meta("process_name", LINKS_PID, None, name=f"links (bytes/s; {tl.rates.source})"),
-        _meta("process_sort_index", LINKS_PID, None, sort_index=1),
-    ]
+def _counter(tl: Timeline, link: str, at: float, upstream: float, downstream: float) -> Event:
+    args = {"upstream": round(upstream, 1), "downstream": round(downstream, 1)}
+    return {
+        "name": link,
+        "cat": "link",
+        "ph": "C",
+        "ts": _us(tl, at),
+        "pid": LINKS_PID,
+        "args": args,
+    }
+
+
+def _links(tl: Timeline) -> list[Event]:
+    events = _process(LINKS_PID, f"links (bytes/s; {tl.rates.source})", 1)
     for link in tl.links:
         spans = tl.rates.spans.get(link, [])
-        for s in spans:
-            events.append(
-                {
-                    "name": link,
-                    "cat": "link",
-                    "ph": "C",
-                    "ts": _us(tl, s.start),
-                    "pid": LINKS_PID,
-                    "args": {
-                        "upstream": round(s.upstream, 1),
-                        "downstream": round(s.downstream, 1),
-                    },
-                }
-            )
+        events += [_counter(tl, link, s.start, s.upstream, s.downstream) for s in spans]
         if spans:  # close the last step, so the counter ends where the samples end
-            events.append(
-                {
-                    "name": link,
-                    "cat": "link",
-                    "ph": "C",
-                    "ts": _us(tl, spans[-1].end),
-                    "pid": LINKS_PID,
-                    "args": {"upstream": 0.0, "downstream": 0.0},
-                }
-            )
+            events.append(_counter(tl, link, spans[-1].end, 0.0, 0.0))
     return events
 
 
-def trace_events(tl: Timeline) -> dict[str, Any]:
+def trace_events(tl: Timeline) -> dict[str, object]:
     """The whole trace as one JSON-ready dict."""
     events = _faults_and_marks(tl) + _links(tl)
     for index, (origin, rows) in enumerate(tl.groups.items()):
         pid = FIRST_ORIGIN_PID + index
-        events.append(_meta("process_name", pid, None, name=f"origin {origin}"))
-        events.append(_meta("process_sort_index", pid, None, sort_index=2 + index))
+        events += _process(pid, f"origin {origin}", 2 + index)
         tid = 1
         for row in rows:
             more, tid = _request(tl, row, pid, tid)
             events += more
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "format": TRACE_FORMAT,
-            "title": tl.title,
-            "failure": tl.failure,
-            "diagnosis": tl.headline,
-            "start_unix_s": tl.start,
-        },
+    other = {
+        "format": TRACE_FORMAT,
+        "title": tl.title,
+        "failure": tl.failure,
+        "diagnosis": tl.headline,
+        "start_unix_s": tl.start,
     }
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def render_trace(tl: Timeline) -> str:

@@ -7,10 +7,11 @@ to draw which hops a request reached and how long it spent at each.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_wedge.diagnostics.diagnosis import Diagnosis
+from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.evidence.truth import LedgerEntry
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ class RequestRow:
     error: str | None = None
 
 
-def _latest(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _latest(entries: list[LedgerEntry]) -> LedgerEntry | None:
     return max(entries, key=lambda e: (e.get("t") or {}).get("arrived", 0.0)) if entries else None
 
 
-def _by_request(snapshot: Snapshot) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+def _by_request(snapshot: Snapshot) -> dict[str, dict[str, list[LedgerEntry]]]:
+    found: dict[str, dict[str, list[LedgerEntry]]] = {}
     for component, entries in snapshot.ledgers.items():
         for e in entries:
             found.setdefault(str(e.get("request_id")), {}).setdefault(component, []).append(e)
@@ -50,7 +51,7 @@ def _by_request(snapshot: Snapshot) -> dict[str, dict[str, list[dict[str, Any]]]
 
 
 def _worker_segments(
-    snapshot: Snapshot, seen: dict[str, dict[str, Any]], now: float, first_prefill: str
+    snapshot: Snapshot, seen: dict[str, LedgerEntry], now: float, first_prefill: str
 ) -> list[Segment]:
     prefill = next((c for c in seen if c in snapshot.prefill), first_prefill)
     out: list[Segment] = []
@@ -68,7 +69,7 @@ def _worker_segments(
 
 
 def client_row(
-    record: dict[str, Any], seen: dict[str, dict[str, Any]], snapshot: Snapshot, holding: str | None
+    record: ClientRecord, seen: dict[str, LedgerEntry], snapshot: Snapshot, holding: str | None
 ) -> RequestRow:
     """The waterfall of one request our client ledger knows."""
     now = snapshot.taken_at
@@ -100,7 +101,7 @@ def client_row(
 
 
 def worker_only_row(
-    request_id: str, by_component: dict[str, list[dict[str, Any]]], snapshot: Snapshot
+    request_id: str, by_component: dict[str, list[LedgerEntry]], snapshot: Snapshot
 ) -> RequestRow:
     """A request no client ledger of ours knows (another process's load): worker side only."""
     seen = {c: last for c, es in by_component.items() if (last := _latest(es)) is not None}

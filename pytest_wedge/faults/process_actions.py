@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.base import Fault, TargetAlias
+from pytest_wedge.faults.fault import Fault
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_component_name, validate_link_name
 
@@ -17,8 +17,6 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ComponentFault(Fault):
     """A runtime action on the component ``target`` (router, prefill-i, decode-j)."""
-
-    component = TargetAlias("component")
 
 
 def check_started_by_us(names: list[str], topology: Topology) -> None:
@@ -97,7 +95,6 @@ class DecodeOnlyRestart(Fault):
     target: str = "decode-0"
     prefills: tuple[str, ...] = ()
     """The prefills whose transfers wedge; empty: the decode's PD pair in the topology."""
-    decode = TargetAlias("decode")
 
     def __post_init__(self) -> None:
         # A scenario file gives a list (or one name); a tuple keeps the fault hashable.
@@ -133,7 +130,6 @@ class CoRestart(Fault):
     """Restart the decode ``target`` together with its prefills: the rule from incident 2."""
 
     target: str = "decode-0"
-    decode = TargetAlias("decode")
 
     def apply(self, topology: Topology) -> None:
         _check_decode(self.target, topology)

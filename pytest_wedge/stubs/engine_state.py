@@ -7,7 +7,6 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +14,11 @@ from aiohttp import web
 
 from .admission import Prealloc
 from .config import StubConfig
-from .engine_faults import Fault, FaultSet
-from .ledger import Entry, Ledger
+from .engine_faults import StubFault, StubFaultSet
 from .rooms import EndedRooms, Room
 from .sched import SlotPool, ThroughputWindow, stall
 from .textgen import RequestInfo
+from .worker_ledger import Entry, Ledger
 
 log = logging.getLogger("pytest_wedge.stubs")
 
@@ -50,7 +49,7 @@ class Engine:
             config.prealloc_capacity, config.slot_on_transfer_failure, config.prealloc_hold
         )
         self._faults_changed = asyncio.Event()
-        self.faults = FaultSet(config.seed, on_change=self._on_faults_changed)
+        self.faults = StubFaultSet(config.seed, on_change=self._on_faults_changed)
         self.fault_events: deque[dict[str, Any]] = deque(maxlen=200)
         self.counters = Counters()
         self.throughput = ThroughputWindow()
@@ -69,9 +68,6 @@ class Engine:
         self._holding: set[Entry] = set()
         self._pins: set[asyncio.Task[None]] = set()
         self._watchdog_task: asyncio.Task[None] | None = None
-        # Called with the time on each watchdog tick: periodic work that rides this wake-up
-        # rather than waking the event loop itself (a wake-up is the costly part of it).
-        self.tick_hooks: list[Callable[[float], None]] = []
 
     # -- request lifecycle -------------------------------------------------------------
     def open(self, info: RequestInfo, state: str) -> Entry:
@@ -157,7 +153,7 @@ class Engine:
         changed, self._faults_changed = self._faults_changed, asyncio.Event()
         changed.set()  # wakes every stalled request to re-check its stall
 
-    def add_fault(self, fault: Fault) -> None:
+    def add_fault(self, fault: StubFault) -> None:
         self.faults.add(fault)
         self.fault_events.append({"event": "added", "at": time.time(), **fault.to_json()})
 
@@ -270,8 +266,6 @@ class Engine:
                 self.check_watchdogs(now)
                 self.prealloc.tick(now)
                 self._purge_rooms()
-                for hook in list(self.tick_hooks):
-                    hook(now)
             except Exception:  # a broken tick must not silently end the watchdog
                 log.exception("watchdog tick failed")
 

@@ -1,13 +1,8 @@
-"""The one streaming chat client every load uses, so every request is tagged and accounted alike.
+"""One chat request as every load sends it: tagged, streamed, and accounted in the ledger.
 
 Tags survive smg (router-protocol.md §2): body ``user`` and extra body fields reach both
 workers unchanged, and so do ``X-Request-ID`` and any ``x-request-id-*`` header; other custom
 headers are dropped, which is why the origin header is ``x-request-id-origin``.
-
-Two HTTP libraries sit under one :func:`send_chat` (see ``exchange.py``): aiohttp for the
-loads by default, httpx where its pool is the subject (incident 6). Either way the record's
-``sent`` is stamped when the request is written to a connected socket, and failures read the
-same (httpx's names: ``ConnectError``, ``ReadError``, ``RemoteProtocolError``...).
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord, State, snippet
 from pytest_wedge.load.exchange import (
     AiohttpExchange,
     ChatClient,
@@ -28,7 +24,6 @@ from pytest_wedge.load.exchange import (
     PoolGauge,
     failure,
 )
-from pytest_wedge.load.ledger import ClientLedger, RequestRecord, State, snippet
 
 Message = Mapping[str, Any]
 

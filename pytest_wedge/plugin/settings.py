@@ -120,7 +120,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "wedge_probe_interval",
             "Seconds between probe samples of every component during a test (0 turns it off).",
-            0.1,
+            1.0,
             env="PYTEST_WEDGE_PROBE_INTERVAL",
             allow_zero=True,
         ),

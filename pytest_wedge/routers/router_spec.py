@@ -1,14 +1,9 @@
-"""Which router a topology runs: ``RouterSpec``, pure data (hashable, no I/O).
+"""Which router a topology runs: ``RouterSpec``, pure data.
 
-- a built-in kind, ``smg`` (default), ``sglang-router`` or ``vllm-router``: launched by the
-  plugin from its adapter (``routers/adapters.py``);
-- ``command``: a command template the user writes, with placeholders for the listen sides of
-  the links (``routers/template.py``); the plugin starts and stops it;
-- ``url``: a router that is already running; the plugin puts the ``client->router`` proxy in
-  front of it and neither starts nor stops it.
-
-``like`` names the built-in whose protocol a ``command`` or ``url`` router speaks (metric names,
-how origin survives, readiness), because a user's own build of smg is still smg.
+A built-in kind (``smg``, ``sglang-router``, ``vllm-router``) started from its adapter; a
+``command`` template (``routers/template.py``); or a ``url`` of a router already running, which
+the plugin fronts with the ``client->router`` proxy but never starts. ``like`` names the
+built-in whose protocol a ``command`` or ``url`` router speaks.
 """
 
 from __future__ import annotations

@@ -127,39 +127,39 @@ class StubWatchdog(Watchdog):
 
     setting: str  # "inflight_pin_s" or "transfer_timeout_s"
     after_s: float
-    component: str
+    target: str
     _armed_at: float = field(default=0.0, init=False)
 
     @property
     def name(self) -> str:  # type: ignore[override]
         kind = self.setting.removesuffix("_s").replace("_", "-")
-        return f"{self.component} {kind} watchdog {self.after_s:g}s"
+        return f"{self.target} {kind} watchdog {self.after_s:g}s"
 
     def arm(self, scene: Scene) -> None:
         self._armed_at = time.time()
-        scene.topology.stub(self.component).set_watchdogs(**{self.setting: self.after_s})
+        scene.topology.stub(self.target).set_watchdogs(**{self.setting: self.after_s})
 
     def firings(self, scene: Scene) -> list[Firing]:
         kind = self.setting.removesuffix("_s")
         return [
             Firing(self.name, f["at"], f"released {f.get('request_id')}")
-            for f in scene.topology.stub(self.component).state()["firings"]
+            for f in scene.topology.stub(self.target).state()["firings"]
             if f["watchdog"] == kind and f["at"] >= self._armed_at
         ]
 
     def disarm(self, scene: Scene) -> None:
-        if scene.topology.runtime.state(self.component) == "running":
-            scene.topology.stub(self.component).set_watchdogs(**{self.setting: None})
+        if scene.topology.runtime.state(self.target) == "running":
+            scene.topology.stub(self.target).set_watchdogs(**{self.setting: None})
 
 
-def InflightPinWatchdog(after_s: float, component: str = "prefill-0") -> StubWatchdog:
+def InflightPinWatchdog(after_s: float, target: str = "prefill-0") -> StubWatchdog:
     """Releases prefill requests pinned in flight longer than ``after_s`` (incident 3)."""
-    return StubWatchdog("inflight_pin_s", after_s, component)
+    return StubWatchdog("inflight_pin_s", after_s, target)
 
 
-def TransferTimeoutWatchdog(after_s: float, component: str = "decode-0") -> StubWatchdog:
+def TransferTimeoutWatchdog(after_s: float, target: str = "decode-0") -> StubWatchdog:
     """Fails decode requests that wait for their KV longer than ``after_s``."""
-    return StubWatchdog("transfer_timeout_s", after_s, component)
+    return StubWatchdog("transfer_timeout_s", after_s, target)
 
 
 @dataclass

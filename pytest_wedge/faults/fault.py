@@ -10,11 +10,10 @@ import contextlib
 import itertools
 import threading
 import time
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 
 from pytest_wedge.errors import WedgeError
 
@@ -33,8 +32,6 @@ def _next_instance_id() -> int:
 class Fault(ABC):
     """One injectable failure. Subclasses are ``@dataclass(frozen=True)``.
 
-    ``target`` is the component or link it acts on, as the topology names it: ``router``,
-    ``prefill-0``, ``decode-1``, ``client->router``, ``decode-0->prefill-0``.
     ``instance_id`` tells two equal faults apart where they live side by side (toxic names,
     stub fault names); it takes no part in equality, so ``Pause("router") == Pause("router")``.
     """
@@ -54,31 +51,6 @@ class Fault(ABC):
 
     def describe(self) -> str:
         return f"{type(self).__name__} on {self.target}"
-
-
-class TargetAlias:
-    """A deprecated spelling of ``target`` (``link``, ``component``, ``decode``).
-
-    Declared on a fault family (``link = TargetAlias("link")``). Reading it warns and returns
-    ``target``; :func:`pytest_wedge.faults.registry.register` also accepts it as a keyword.
-    """
-
-    def __init__(self, keyword: str) -> None:
-        self.keyword = keyword
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> TargetAlias: ...
-    @overload
-    def __get__(self, obj: Fault, owner: type | None = None) -> str: ...
-    def __get__(self, obj: Fault | None, owner: type | None = None) -> TargetAlias | str:
-        if obj is None:
-            return self  # class access: lets the registry find the aliases
-        warnings.warn(
-            f"{type(obj).__name__}.{self.keyword} is deprecated; read .target",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return obj.target
 
 
 @dataclass
