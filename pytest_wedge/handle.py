@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.faults.fault import Fault, FaultSet
@@ -26,15 +26,14 @@ if TYPE_CHECKING:
     from pytest_wedge.diagnostics import Diagnosis, Moment
     from pytest_wedge.spec.topology import TopologySpec
 
+L = TypeVar("L", bound=BackgroundLoad)
+
 
 class Wedge:
-    """What a test drives a running topology with: the ``wedge`` fixture is one.
-
-    It applies faults (:meth:`fault`, :meth:`apply`), starts load (:meth:`harness`,
-    :meth:`stray`) into its client ledger, reads the workers' ledgers and metrics, and asks
-    where requests are stuck (:meth:`diagnose`, :meth:`expect_cleared`). It lives for one
-    test over a topology that may serve many: :meth:`close` reverts its faults and stops its
-    loads. A script builds one with ``Wedge(topology)`` over a :class:`Topology`.
+    """What a test drives a running topology with (the ``wedge`` fixture; a script builds
+    ``Wedge(topology)``): faults, load into its client ledger, the workers' ledgers and
+    metrics, and where requests are stuck. It lives for one test; :meth:`close` reverts its
+    faults and stops its loads.
     """
 
     def __init__(
@@ -72,7 +71,6 @@ class Wedge:
             ).start()
             self.faults.before_window = self.probe.mark
 
-    # -- addresses ---------------------------------------------------------------------------
     @property
     def url(self) -> str:
         """Where the harness sends requests: the client side of ``client->router``."""
@@ -89,7 +87,6 @@ class Wedge:
         """The control API of the stub worker ``target`` (``prefill-0``, ``decode-1``)."""
         return self.topology.stub(target)
 
-    # -- faults --------------------------------------------------------------------------------
     def apply(self, fault: Fault) -> Fault:
         """Apply ``fault`` until it is reverted or the test ends."""
         return self.faults.apply(fault)
@@ -99,11 +96,8 @@ class Wedge:
 
     @contextlib.contextmanager
     def fault(self, fault: Fault) -> Iterator[Fault]:
-        """``with wedge.fault(Pause("router")):`` - reverted on exit, even on error.
-
-        When an exception (a failed assertion, a timeout, Ctrl-C) leaves the block, the
-        evidence is taken first, so the failure report shows the fault still active.
-        """
+        """``with wedge.fault(Pause("router")):`` - reverted on exit, even on error, after the
+        evidence is taken, so the failure report shows the fault still active."""
         with self.faults.active(fault) as active:
             try:
                 yield active
@@ -124,7 +118,6 @@ class Wedge:
                 self, label, error=error, test_started=self.started
             )
 
-    # -- load ----------------------------------------------------------------------------------
     def harness(
         self,
         *,
@@ -149,30 +142,10 @@ class Wedge:
     ) -> Harness:
         """Start a :class:`~pytest_wedge.load.Harness` against the router, through
         ``client->router``, into this test's ledger. ``model`` defaults to the stubs' model."""
-        load = Harness(
-            self.url,
-            agents=agents,
-            rounds=rounds,
-            origin=origin,
-            seed=seed,
-            max_tokens=max_tokens,
-            client_timeout_s=client_timeout_s,
-            retries=retries,
-            max_connections=max_connections,
-            pool_timeout_s=pool_timeout_s,
-            stream=stream,
-            leak_streams=leak_streams,
-            think_time_s=think_time_s,
-            model=model or self.spec.stub.model,
-            ledger=self.ledger,
-            max_duration_s=max_duration_s,
-            extra_body=extra_body,
-            path=path,
-            run_id=run_id,
-            client=client,
-        )
-        self._loads.append(load)
-        return load.start()
+        # The keywords are the load's own (a test holds them equal): they pass through as given.
+        options = {**locals(), "model": model or self.spec.stub.model}
+        del options["self"]
+        return self._start(Harness(self.url, ledger=self.ledger, **options))
 
     def stray(
         self,
@@ -197,30 +170,17 @@ class Wedge:
 
         ``target`` is a worker (bypassing the router), ``"router"`` (through
         ``client->router``) or a URL. ``model`` defaults to the stubs' model."""
+        options = {**locals(), "model": model or self.spec.stub.model}
+        del options["self"], options["target"]
         if target == "router":
             url = self.url
         elif target.startswith("http"):
             url = target
         else:
             url = self.worker_url(target)
-        load = StrayRequester(
-            url,
-            rate_per_s=rate_per_s,
-            origin=origin,
-            max_tokens=max_tokens,
-            max_requests=max_requests,
-            max_duration_s=max_duration_s,
-            stream=stream,
-            ledger=self.ledger,
-            seed=seed,
-            max_concurrency=max_concurrency,
-            client_timeout_s=client_timeout_s,
-            model=model or self.spec.stub.model,
-            path=path,
-            extra_body=extra_body,
-            run_id=run_id,
-            client=client,
-        )
+        return self._start(StrayRequester(url, ledger=self.ledger, **options))
+
+    def _start(self, load: L) -> L:
         self._loads.append(load)
         return load.start()
 
@@ -229,7 +189,6 @@ class Wedge:
         self._loads.append(load)
         return load
 
-    # -- evidence ------------------------------------------------------------------------------
     def worker_ledgers(self) -> dict[str, dict[str, Any]]:
         """Each stub's ledger (foreign workers are skipped: they have none)."""
         ledgers: dict[str, dict[str, Any]] = {}
@@ -263,13 +222,9 @@ class Wedge:
         """Every request ended in exactly one final state; otherwise a table of the lost ones."""
         assert_nothing_lost(self.ledger, origin=origin)
 
-    # -- diagnosis and watchdogs --------------------------------------------------------------
     def diagnose(self, origin: str = "harness", overdue_after_s: float = 1.0) -> Diagnosis:
-        """Where are ``origin``'s requests stuck? Other origins' activity is a red herring.
-
-        Requests that failed before the latest fault was applied do not count. The result is
-        kept (``last_diagnosis``) with its moment, for the failure report.
-        """
+        """Where are ``origin``'s requests stuck? Other origins are red herrings; failures
+        before the latest fault do not count. Kept, with its moment, for the failure report."""
         from pytest_wedge.diagnostics import capture_moment
 
         moment = capture_moment(
@@ -291,10 +246,7 @@ class Wedge:
         require_recovery: bool = True,
         overdue_after_s: float = 0.5,
     ) -> contextlib.AbstractContextManager[ClearCheck]:
-        """``with wedge.expect_cleared(within_s=3, watchdogs=[...]): <start the wedge>``.
-
-        See :func:`pytest_wedge.watchdogs.clearing.expect_cleared`.
-        """
+        """``with wedge.expect_cleared(within_s=3, watchdogs=[...]): <start the wedge>``."""
         return expect_cleared(
             self,
             within_s=within_s,
@@ -312,25 +264,17 @@ class Wedge:
         origin: str = "harness",
     ) -> contextlib.AbstractContextManager[QuietCheck]:
         """``with wedge.expect_quiet(within_s=10, watchdogs=[...]): <start healthy load>``:
-        no watchdog fires and no healthy request is cut, errored or retried.
-
-        See :func:`pytest_wedge.watchdogs.quiet.expect_quiet`.
-        """
+        no watchdog fires and no healthy request is cut, errored or retried."""
         return expect_quiet(self, within_s=within_s, watchdogs=watchdogs, origin=origin)
 
-    # -- teardown ------------------------------------------------------------------------------
     def stop_loads(self) -> None:
         for load in self._loads:
             load.stop()
 
     def close(self) -> list[str]:
-        """Revert faults, then stop loads; returns revert errors for the report. Raises
-        :class:`~pytest_wedge.evidence.probe.ProbeError` if the probe's sampling died.
-
-        Faults go first: a load stopped while a toxic holds its connections leaves Toxiproxy
-        tearing them down, and removing a latency toxic then stalled for about 70 s. The probe
-        goes last, so an error of its sampling cannot skip the rest.
-        """
+        """Revert faults, stop loads, then the probe (whose ProbeError must not skip the rest);
+        returns revert errors. Faults go first: removing a latency toxic from connections a
+        stopping load is tearing down stalled for about 70 s."""
         errors = self.faults.revert_all()
         self.stop_loads()
         if self.probe is not None:

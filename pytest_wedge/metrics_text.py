@@ -3,7 +3,7 @@
 The probe reads the router's and the engines' metrics once a second and a watchdog may poll
 them as often, so the common line shape (``name{label="value",...} value [timestamp]``) is read
 by one regular expression here: prometheus-client's parser walks each line a character at a
-time and cost about 90 % of the sampler's CPU. Any line that shape does not cover exactly
+time and cost about 90 % of the probe's CPU. Any line that shape does not cover exactly
 (odd spacing, exotic escapes) goes to prometheus-client's parser, so both always agree.
 """
 

@@ -1,9 +1,6 @@
 """Engine faults inside the stub workers, switched at run time through their control API.
-
-The stub's ``KINDS`` (``stubs/engine_faults.py``) is the one vocabulary: a class here declares
-its parameters as fields, takes the stub's defaults (:func:`stub_default`) and sends exactly
-those fields (:meth:`EngineFault.params`); ``tests/unit/test_fault_vocabulary.py`` holds the
-two sides together.
+The stub's ``KINDS`` is the one vocabulary: each class here has its fields and defaults
+(tests/unit/test_fault_vocabulary.py holds the two sides together).
 """
 
 from __future__ import annotations
@@ -32,9 +29,7 @@ def stub_default(kind: str, param: str) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineFault(Fault):
-    """One stub fault on the worker ``target``. ``origin`` limits it to requests of that
-    origin (None: all). Each instance is its own fault in the stub, so two of one kind (say
-    for two origins) live side by side and each revert removes only its own."""
+    """One stub fault on the worker ``target``; each instance is its own fault in the stub."""
 
     origin: str | None = None
     """Act only on requests of this origin (``harness``, ``stray-1``...); None: on all."""
@@ -151,21 +146,10 @@ class Serialize(EngineFault):
 class ErrorStatus(EngineFault):
     """The worker answers matching requests with HTTP ``status`` and ``message``.
 
-    ``first_n`` limits it to the first n matching requests (0: every one), so "the first
-    attempt fails, smg replays it" is ``ErrorStatus("prefill-0", first_n=1)``: the replay
-    after a possible dispatch that sglang pull request #34570 (issue #34572) forbids.
-    ``probability`` makes each matching request error with that probability, drawn from a
-    generator seeded by the stub's ``seed`` (``StubOptions.seed``): the n-th matching request
-    gets the same draw in every run. Together: each matching request errors with
-    ``probability`` until ``first_n`` have errored, which is "a few 500s".
-    ``/control/faults`` lists how many requests it ``matched`` and how many it ``fired`` on.
-
-    ``after_kv_taken=True`` moves the error to after the KV hand-over: a prefill runs the
-    request, lets the decode take its KV, and only then answers with ``status`` (its response
-    head is held until then, so smg sees the error as the attempt's answer); ``delay_ms`` waits
-    that much longer. The decode has started, and may have finished, the attempt smg then
-    replays with a new room: the non-idempotent replay of sglang issue #34572, which pull
-    request #34570 forbids once a dispatch may have gone out.
+    ``ErrorStatus("prefill-0", first_n=1)`` is "the first attempt fails, smg replays it"; with
+    ``probability`` (seeded by the stub's ``seed``) it is "a few 500s". ``after_kv_taken=True``
+    errors only after the decode took the KV, so smg's replay runs the request twice: the
+    non-idempotent replay of sglang issue #34572, which pull request #34570 forbids.
     """
 
     status: int = stub_default("error_status", "status")

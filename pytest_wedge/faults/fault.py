@@ -1,7 +1,5 @@
 """The fault interface: one small frozen dataclass per failure, applied and reverted.
-
-Like a Toxiproxy toxic, a fault is a tiny unit behind a one-method-pair interface. Reverting
-is idempotent, and every fault still active is reverted at teardown by :class:`FaultSet`.
+Reverting is idempotent; :class:`FaultSet` reverts every fault still active at teardown.
 """
 
 from __future__ import annotations
@@ -30,11 +28,8 @@ def _next_instance_id() -> int:
 
 @dataclass(frozen=True)
 class Fault(ABC):
-    """One injectable failure. Subclasses are ``@dataclass(frozen=True)``.
-
-    ``instance_id`` tells two equal faults apart where they live side by side (toxic names,
-    stub fault names); it takes no part in equality, so ``Pause("router") == Pause("router")``.
-    """
+    """One injectable failure. ``instance_id`` names it where equal faults live side by side
+    (toxic names, stub fault names) and takes no part in equality."""
 
     target: str
     """The component (``router``, ``prefill-0``, ``decode-1``) or link (``client->router``,
@@ -97,13 +92,9 @@ JOIN_TIMEOUT_S = 60.0
 
 @dataclass
 class FaultSet:
-    """The faults applied to one topology during one test.
-
-    Scheduled applies and reverts run on timer threads. An error there is recorded and
-    surfaces in the test's own thread: the next :meth:`apply` or :meth:`active_faults` raises
-    it as :class:`ScheduledFaultError`, and until it has been raised :meth:`revert_all` (which
-    teardown calls) returns it with the revert errors.
-    """
+    """The faults applied to one topology during one test. A scheduled action that fails on
+    its timer thread is raised in the test's thread by the next :meth:`apply` or
+    :meth:`active_faults`, or returned by :meth:`revert_all`."""
 
     topology: Topology
     windows: list[FaultWindow] = field(default_factory=list)

@@ -47,8 +47,11 @@ class Toxic(Fault):
         # lets equal faults stack, and each revert removes only its own toxic.
         return f"wedge_{self.toxic_type}_{self.stream}_{self.instance_id}"
 
+    # Our field name -> Toxiproxy's attribute name (or override attributes()).
+    attribute_names: ClassVar[dict[str, str]] = {}
+
     def attributes(self) -> dict[str, Any]:
-        raise NotImplementedError
+        return {theirs: getattr(self, ours) for ours, theirs in self.attribute_names.items()}
 
     def payload(self) -> dict[str, Any]:
         """The toxic as Toxiproxy's API takes it."""
@@ -78,9 +81,7 @@ class Latency(Toxic):
     jitter_ms: int = 0
     """A random spread around ``latency_ms``, in milliseconds."""
     toxic_type: ClassVar[str] = "latency"
-
-    def attributes(self) -> dict[str, Any]:
-        return {"latency": self.latency_ms, "jitter": self.jitter_ms}
+    attribute_names: ClassVar[dict[str, str]] = {"latency_ms": "latency", "jitter_ms": "jitter"}
 
 
 @register
@@ -91,6 +92,7 @@ class Bandwidth(Toxic):
     rate_kb_per_s: int
     """The rate, in KB/s; must be > 0 (Toxiproxy treats 0 as unlimited)."""
     toxic_type: ClassVar[str] = "bandwidth"
+    attribute_names: ClassVar[dict[str, str]] = {"rate_kb_per_s": "rate"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,9 +103,6 @@ class Bandwidth(Toxic):
                 fix="use Down(target=...) or Timeout(target=..., timeout_ms=0) to cut a link",
             )
 
-    def attributes(self) -> dict[str, Any]:
-        return {"rate": self.rate_kb_per_s}
-
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -113,9 +112,7 @@ class SlowClose(Toxic):
     delay_ms: int
     """How long the close is delayed, in milliseconds."""
     toxic_type: ClassVar[str] = "slow_close"
-
-    def attributes(self) -> dict[str, Any]:
-        return {"delay": self.delay_ms}
+    attribute_names: ClassVar[dict[str, str]] = {"delay_ms": "delay"}
 
 
 @register
@@ -129,9 +126,7 @@ class Timeout(Toxic):
     timeout_ms: int = 0
     """Close the connection after this many milliseconds; 0: never (a black hole)."""
     toxic_type: ClassVar[str] = "timeout"
-
-    def attributes(self) -> dict[str, Any]:
-        return {"timeout": self.timeout_ms}
+    attribute_names: ClassVar[dict[str, str]] = {"timeout_ms": "timeout"}
 
 
 @register
@@ -142,9 +137,7 @@ class ResetPeer(Toxic):
     timeout_ms: int = 0
     """How long to wait after the first data before the reset, in milliseconds."""
     toxic_type: ClassVar[str] = "reset_peer"
-
-    def attributes(self) -> dict[str, Any]:
-        return {"timeout": self.timeout_ms}
+    attribute_names: ClassVar[dict[str, str]] = {"timeout_ms": "timeout"}
 
 
 @register
@@ -159,13 +152,11 @@ class Slicer(Toxic):
     delay_us: int = 0
     """The pause between two writes, in microseconds."""
     toxic_type: ClassVar[str] = "slicer"
-
-    def attributes(self) -> dict[str, Any]:
-        return {
-            "average_size": self.average_size_bytes,
-            "size_variation": self.size_variation_bytes,
-            "delay": self.delay_us,
-        }
+    attribute_names: ClassVar[dict[str, str]] = {
+        "average_size_bytes": "average_size",
+        "size_variation_bytes": "size_variation",
+        "delay_us": "delay",
+    }
 
 
 @register
@@ -176,9 +167,7 @@ class LimitData(Toxic):
     bytes: int
     """How many bytes pass before the connection is closed."""
     toxic_type: ClassVar[str] = "limit_data"
-
-    def attributes(self) -> dict[str, Any]:
-        return {"bytes": self.bytes}
+    attribute_names: ClassVar[dict[str, str]] = {"bytes": "bytes"}
 
 
 @register

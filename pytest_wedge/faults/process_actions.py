@@ -83,13 +83,9 @@ def _check_decode(decode: str, topology: Topology) -> None:
 @register
 @dataclass(frozen=True)
 class DecodeOnlyRestart(Fault):
-    """Restart the decode ``target`` without its prefills (incident 2).
-
-    The decode comes back with a new instance identity while each prefill keeps its transfer
-    state for the old one, so new KV transfers wedge on the ``decode->prefill`` links (see
-    :meth:`wedged_links`). ``prefills`` names those prefills; left empty, they are the
-    decode's PD pair in the topology. Nothing is reverted: only a co-restart of the pair
-    (``CoRestart``) clears it, exactly as in production.
+    """Restart the decode ``target`` without its prefills (incident 2): the prefills keep
+    transfer state for the old instance, so new KV transfers wedge on ``decode->prefill``.
+    Nothing is reverted: only a ``CoRestart`` of the pair clears it, as in production.
     """
 
     target: str = "decode-0"

@@ -1,7 +1,5 @@
-"""The fault registry: the ``kind`` names a scenario file may use, each mapped to its class.
-
-Registration is explicit (``@register`` above ``@dataclass``), so a base class never becomes a
-``kind`` by accident and a user's own fault becomes one by the same single line.
+"""The fault registry: the ``kind`` names a scenario file may use. ``@register`` (above
+``@dataclass``) is explicit, so a base class never becomes a kind by accident.
 """
 
 from __future__ import annotations

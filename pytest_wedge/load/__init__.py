@@ -13,13 +13,15 @@ from pytest_wedge.load.client_ledger import (
     ClientLedger,
     FinalStateError,
     LedgerView,
+    LostRequestsError,
     Phase,
     RequestRecord,
     State,
+    assert_nothing_lost,
+    summary_table,
 )
 from pytest_wedge.load.exchange import PoolGauge, new_aiohttp_session, new_httpx_client
 from pytest_wedge.load.harness import Harness
-from pytest_wedge.load.lost import LostRequestsError, assert_nothing_lost, summary_table
 from pytest_wedge.load.stray import StrayRequester
 
 __all__ = [

@@ -1,9 +1,5 @@
-"""Clients that abort on purpose: the trigger of incidents 3 (prefill pin) and 4 (abort races).
-
-Each request cancels after ``abort_after_tokens`` content chunks or ``abort_after_s`` seconds,
-whichever comes first, closing its stream so the router sees a client disconnect mid-request.
-A request whose stream ends before the abort point keeps its true state (ok or error): the
-ledger records what happened, not what was intended.
+"""Clients that abort on purpose after some tokens or seconds: incidents 3 (prefill pin) and 4
+(abort races). A stream that ends first keeps its true state.
 """
 
 from __future__ import annotations
@@ -13,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.chat_request import send_chat
 from pytest_wedge.load.client_ledger import ClientLedger
 from pytest_wedge.load.exchange import ChatClient
 
@@ -44,6 +39,11 @@ class Aborter(BackgroundLoad):
             base_url,
             origin=origin,
             ledger=ledger,
+            max_tokens=max_tokens,
+            client_timeout_s=client_timeout_s,
+            model=model,
+            path=path,
+            extra_body=extra_body,
             max_duration_s=max_duration_s,
             run_id=run_id,
             client=client,
@@ -56,11 +56,6 @@ class Aborter(BackgroundLoad):
         self.abort_after_tokens = abort_after_tokens
         self.abort_after_s = abort_after_s
         self.concurrency = concurrency or max(count, 1)
-        self.max_tokens = max_tokens
-        self.client_timeout_s = client_timeout_s
-        self.model = model
-        self.path = path
-        self.extra_body = dict(extra_body or {})
 
     async def _run(self, client: ChatClient) -> None:
         slots = asyncio.Semaphore(self.concurrency)
@@ -70,17 +65,10 @@ class Aborter(BackgroundLoad):
 
     async def _one(self, client: ChatClient, n: int, slots: asyncio.Semaphore) -> None:
         async with slots:
-            record = self.new_record(f"{n}", path=self.path, stream=True)
-            await send_chat(
+            await self.send(
                 client,
-                self.ledger,
-                record,
-                messages=[{"role": "user", "content": f"Write a long story, part {n}."}],
-                max_tokens=self.max_tokens,
-                model=self.model,
-                timeout_s=self.client_timeout_s,
+                self.new_record(f"{n}", stream=True),
+                [{"role": "user", "content": f"Write a long story, part {n}."}],
                 abort_after_tokens=self.abort_after_tokens,
                 abort_after_s=self.abort_after_s,
-                extra_body=self.extra_body,
-                pool=self.pool,
             )

@@ -1,7 +1,5 @@
-"""Lifecycle shared by every load: its own thread, its own event loop, one shared HTTP client.
-
-The client is aiohttp unless the load's pool is the subject: ``max_connections`` or
-``pool_timeout_s`` (incident 6) picks httpx; ``client=`` chooses explicitly.
+"""Lifecycle shared by every load: its own thread, its own event loop, one shared HTTP client
+(aiohttp, or httpx when the pool is the subject: ``max_connections``, ``pool_timeout_s``).
 """
 
 from __future__ import annotations
@@ -12,11 +10,13 @@ import itertools
 import secrets
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Self, get_args
+from typing import Any, Literal, Self, get_args
 
 import httpx
 
+from pytest_wedge.load.chat_request import Message, send_chat
 from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import (
     ChatClient,
@@ -42,7 +42,12 @@ class BackgroundLoad(ABC):
         base_url: str,
         *,
         origin: str,
-        ledger: ClientLedger | None = None,
+        ledger: ClientLedger | None,
+        max_tokens: int,
+        client_timeout_s: float | None,
+        model: str,
+        path: str,
+        extra_body: Mapping[str, Any] | None,
         max_connections: int | None = None,
         pool_timeout_s: float | None = None,
         max_duration_s: float = 120.0,
@@ -57,6 +62,11 @@ class BackgroundLoad(ABC):
         self.max_connections = max_connections
         self.pool_timeout_s = pool_timeout_s
         self.max_duration_s = max_duration_s
+        self.max_tokens = max_tokens
+        self.client_timeout_s = client_timeout_s
+        self.model = model
+        self.path = path
+        self.extra_body = dict(extra_body or {})
         pooled = max_connections is not None or pool_timeout_s is not None
         self.client_kind: Literal["aiohttp", "httpx"] = (
             ("httpx" if pooled else "aiohttp") if client == "auto" else client
@@ -85,10 +95,28 @@ class BackgroundLoad(ABC):
             request_id=f"{self.origin}-{self.run_id}-{suffix}",
             origin=self.origin,
             target=self.base_url,
+            path=self.path,
             **facts,  # type: ignore[arg-type]
         )
         self.records.append(record)
         return record
+
+    async def send(
+        self, client: ChatClient, record: RequestRecord, messages: Sequence[Message], **how: Any
+    ) -> RequestRecord:
+        """One chat request of this load (``how``: the abort and leak options of send_chat)."""
+        return await send_chat(
+            client,
+            self.ledger,
+            record,
+            messages=messages,
+            max_tokens=self.max_tokens,
+            model=self.model,
+            timeout_s=self.client_timeout_s,
+            extra_body=self.extra_body,
+            pool=self.pool,
+            **how,
+        )
 
     # lifecycle -------------------------------------------------------------------------------
 

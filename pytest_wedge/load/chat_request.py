@@ -1,8 +1,6 @@
 """One chat request as every load sends it: tagged, streamed, and accounted in the ledger.
-
-Tags survive smg (router-protocol.md §2): body ``user`` and extra body fields reach both
-workers unchanged, and so do ``X-Request-ID`` and any ``x-request-id-*`` header; other custom
-headers are dropped, which is why the origin header is ``x-request-id-origin``.
+Tags survive smg (router-protocol.md §2): body ``user`` and extra fields, ``X-Request-ID`` and
+``x-request-id-*`` headers; other custom headers are dropped.
 """
 
 from __future__ import annotations
@@ -141,14 +139,9 @@ async def send_chat(
 ) -> RequestRecord:
     """Send one chat completion for ``record`` (added to ``ledger``) and give it a final state.
 
-    ``client`` is an ``httpx.AsyncClient`` or an ``aiohttp.ClientSession`` made by
-    :func:`new_aiohttp_session` (its trace stamps ``sent``). ``timeout_s`` is a total deadline
-    (state ``timeout``); ``abort_after_*`` cancel on purpose (state ``aborted``). With
-    ``leak_stream`` the response is never closed after its head, so its connection stays
-    checked out of the pool (incident 6) and the record stays pending until its load stops.
-    ``pool`` counts the load's checked-out connections and stamps ``pool_limit`` and
-    ``pool_in_use`` on the record. An outside cancellation (a stop) finishes the record as
-    ``unknown`` if it was sent and ``aborted`` if not, flagged ``cut_by_stop``, then propagates.
+    ``leak_stream`` never closes the response after its head, so its connection stays checked
+    out of the pool (incident 6). A stop finishes the record ``unknown`` if it was sent and
+    ``aborted`` if not, then propagates.
     """
     ledger.add(record)
     body: dict[str, Any] = {

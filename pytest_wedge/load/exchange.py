@@ -1,12 +1,8 @@
-"""The two HTTP libraries under ``send_chat``: one request and response on each, the moments
-the ledger stamps (``sent`` when the request is written to a connected socket), the load's
-pool gauge, and library failures put in one vocabulary.
+"""The two HTTP libraries under ``send_chat``: one request and response on each, the ``sent``
+stamp, the load's pool gauge, and library failures in one vocabulary.
 
-aiohttp is the loads' default client: per request, httpx (one pool, httpcore's pool
-bookkeeping, encode/httpcore#1035) cost the load thread about ten times the CPU of aiohttp
-(bench/load.py: 3.7 ms against 0.38 ms), and on a loaded machine that is time requests spend
-in the client before they are sent. httpx stays where its pool is the subject: incident 6
-(``max_connections``, pool timeouts, leaked streams).
+aiohttp is the default: httpx cost the load thread ten times the CPU per request
+(encode/httpcore#1035; bench/load.py). httpx stays where its pool is the subject (incident 6).
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Executions counted, as Jepsen counts operations: how many times did a worker run a request?
 
-smg retries a failed PD request up to 5 times, each attempt with a new bootstrap room and the
-same ``X-Request-ID`` (router-protocol.md, "Errors"). Every stub writes one ledger entry per leg
-it served, with the request id and the room, so joining the worker ledgers by request id and
-grouping by room gives, per request id: the **attempts** the router made (one per room), the
-**workers** that ran each one, and how far each got.
-
-**What counts as an execution.** An attempt *executed* once its decode produced a token
-(``first_token``): from then on the model's output for that request exists, and a replay
-produces it again (a tool call runs twice, a completion is billed twice), whether or not the
-first attempt's stream reached the client. Attempts that ran to completion on a decode (state
-``ok``) are counted too and reported beside it. ``assert_executed_once`` fails when more than
-one attempt of a request id executed; it is the stricter of the two counts, since a replay that
-cuts the first attempt mid-stream has run the request twice all the same. Replays of attempts
-that failed before any decode generated (a refused prefill, an error at arrival) are safe
-retries: they are reported as retries, never as duplicates.
-
-Legs without a room (a stray requester talking to a worker directly, bypassing the router) are
-attempts of their own, one per ledger entry.
-
-Pure: client records and worker ledgers in, executions out. No I/O.
+smg retries a PD request with a new bootstrap room and the same ``X-Request-ID``
+(router-protocol.md, "Errors"), so joining the worker ledgers by request id and grouping by
+room gives the attempts, their workers and how far each got. An attempt *executed* once its
+decode produced a token: a replay after that runs the request twice. Replays of attempts that
+failed before any token are safe retries. Pure: records and ledgers in, executions out.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The harness: agents doing rounds of tool calls, the load that wedged in the incidents.
-
-Each agent sends one chat completion per round, sequentially, with a growing history. Its
-whole script comes from one Faker per load, seeded by (seed, agent): a Faker per agent cost
-the load thread more than sending did.
+One Faker per load, seeded per agent: a Faker per agent cost more than sending did.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from typing import Any
 from faker import Faker
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.chat_request import send_chat
 from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
 
@@ -102,6 +98,11 @@ class Harness(BackgroundLoad):
             base_url,
             origin=origin,
             ledger=ledger,
+            max_tokens=max_tokens,
+            client_timeout_s=client_timeout_s,
+            model=model,
+            path=path,
+            extra_body=extra_body,
             max_connections=max_connections,
             pool_timeout_s=pool_timeout_s,
             max_duration_s=max_duration_s,
@@ -116,15 +117,10 @@ class Harness(BackgroundLoad):
         self.agents = agents
         self.rounds = rounds
         self.seed = seed
-        self.max_tokens = max_tokens
-        self.client_timeout_s = client_timeout_s
         self.retries = retries
         self.stream = stream
         self.leak_streams = leak_streams
         self.think_time_s = think_time_s
-        self.model = model
-        self.extra_body = dict(extra_body or {})
-        self.path = path
 
     @property
     def max_requests(self) -> int:
@@ -156,25 +152,13 @@ class Harness(BackgroundLoad):
         for attempt in range(1 + self.retries):
             record = self.new_record(
                 f"a{agent}-r{round_}-t{attempt}",
-                path=self.path,
                 stream=self.stream,
                 agent=agent,
                 round=round_,
                 attempt=attempt,
                 retry_of=retry_of,
             )
-            await send_chat(
-                client,
-                self.ledger,
-                record,
-                messages=history,
-                max_tokens=self.max_tokens,
-                model=self.model,
-                timeout_s=self.client_timeout_s,
-                extra_body=self.extra_body,
-                leak_stream=self.leak_streams,
-                pool=self.pool,
-            )
+            await self.send(client, record, history, leak_stream=self.leak_streams)
             if record.state not in RETRYABLE_STATES:
                 break
             retry_of = record.request_id

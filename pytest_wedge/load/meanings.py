@@ -1,10 +1,6 @@
-"""What each load option, client-ledger field, state and phase means, for the reference pages.
-
-The names, types and defaults come from the code itself (the constructors' signatures and the
-``RequestRecord`` dataclass); only the meanings are written here. A shared option (``origin``,
-``max_duration_s``...) has one row by its name; a row ``"Harness.agents"`` belongs to one load.
-``tests/unit/test_reference_docs.py`` fails when an option, field, state or phase has no row,
-and when a row names something that no longer exists.
+"""What each load option, client-ledger field, state and phase means, for the reference pages;
+names, types and defaults come from the code. ``"Harness.agents"`` is one load's row; a bare
+name is shared. tests/unit/test_reference_docs.py keeps the rows and the code in step.
 """
 
 from __future__ import annotations

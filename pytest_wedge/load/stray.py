@@ -1,8 +1,5 @@
 """The stray requester: open-loop load from another origin, the red herring of incident 1.
-
-Open loop means requests go out on schedule whether or not earlier ones finished, so a wedged
-target does not slow the stray down the way it stalls the closed-loop harness; only the
-concurrency bound stops it from piling up without limit.
+Requests go out on schedule whether or not earlier ones finished, bounded by a concurrency cap.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ from typing import Any
 from faker import Faker
 
 from pytest_wedge.load.background import BackgroundLoad, ClientKind
-from pytest_wedge.load.chat_request import send_chat
 from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
 
@@ -51,6 +47,11 @@ class StrayRequester(BackgroundLoad):
             base_url,
             origin=origin,
             ledger=ledger,
+            max_tokens=max_tokens,
+            client_timeout_s=client_timeout_s,
+            model=model,
+            path=path,
+            extra_body=extra_body,
             max_duration_s=max_duration_s,
             run_id=run_id,
             client=client,
@@ -61,15 +62,10 @@ class StrayRequester(BackgroundLoad):
                 f"got {rate_per_s}, {max_requests}, {max_concurrency}"
             )
         self.rate_per_s = rate_per_s
-        self.max_tokens = max_tokens
         self.max_requests = max_requests
         self.stream = stream
         self.seed = seed
         self.max_concurrency = max_concurrency
-        self.client_timeout_s = client_timeout_s
-        self.model = model
-        self.path = path
-        self.extra_body = dict(extra_body or {})
 
     async def _run(self, client: ChatClient) -> None:
         fake = Faker()
@@ -85,7 +81,7 @@ class StrayRequester(BackgroundLoad):
                     await asyncio.sleep(delay)
                 await slots.acquire()
                 next_at = max(next_at + interval, loop.time())
-                record = self.new_record(f"{n}", path=self.path, stream=self.stream)
+                record = self.new_record(f"{n}", stream=self.stream)
                 messages = [{"role": "user", "content": fake.sentence(nb_words=8)}]
                 group.create_task(self._one(client, record, messages, slots))
 
@@ -97,16 +93,6 @@ class StrayRequester(BackgroundLoad):
         slots: asyncio.Semaphore,
     ) -> None:
         try:
-            await send_chat(
-                client,
-                self.ledger,
-                record,
-                messages=messages,
-                max_tokens=self.max_tokens,
-                model=self.model,
-                timeout_s=self.client_timeout_s,
-                extra_body=self.extra_body,
-                pool=self.pool,
-            )
+            await self.send(client, record, messages)
         finally:
             slots.release()

@@ -1,36 +1,10 @@
-"""Rendering a ``command`` component's template: placeholders for the listen sides of the links.
+"""A ``command`` router's or worker's template, rendered: placeholders for its links' listen sides.
 
-Each argument of the template is formatted with ``str.format``. A router's placeholders:
-
-| placeholder | value |
-| --- | --- |
-| ``{host}`` | 127.0.0.1 |
-| ``{port}`` | the router's own port (``client->router`` forwards to it) |
-| ``{metrics_port}`` | the port its Prometheus metrics must listen on |
-| ``{prefill_url[i]}`` | ``http://127.0.0.1:P``, the listen side of ``router->prefill-i`` |
-| ``{decode_url[j]}`` | the listen side of ``router->decode-j`` |
-| ``{bootstrap_port[i]}`` | prefill-i's real bootstrap port (decodes remap it onto their links) |
-| ``{python}`` | the interpreter running pytest |
-
-An argument that is exactly ``{prefill_urls}``, ``{decode_urls}`` or ``{bootstrap_ports}``
-expands to one argument per worker. A template given as one string is split with ``shlex``.
-
-A worker's placeholders (``WORKER_PLACEHOLDERS``; the worker is ``prefill-i`` or ``decode-j``):
-
-| placeholder | value |
-| --- | --- |
-| ``{host}``, ``{python}`` | as for the router |
-| ``{port}`` | the worker's own port (``router->NAME`` forwards to it) |
-| ``{metrics_port}`` | where pytest-wedge reads ``/metrics``: its own port, as SGLang serves it |
-| ``{name}``, ``{role}`` | ``prefill-0`` / ``decode-1``; ``prefill`` / ``decode`` |
-| ``{bootstrap_port}`` | a prefill's own bootstrap port (``decode-j->prefill-i`` forwards to it) |
-| ``{prefill_bootstrap_port[i]}`` | prefill-i's real bootstrap port, as the router announces it |
-| ``{prefill_bootstrap[i]}`` | ``127.0.0.1:P``, the listen side of ``decode-j->prefill-i`` |
-
-An argument exactly ``{stub_args}`` expands to the topology's stub options as our stub's flags
-(for a template that launches our stub). An argument with ``[*]`` in place of an index is
-repeated once per prefill, ``i`` = 0, 1, ...: for example
-``--bootstrap-route=127.0.0.1:{prefill_bootstrap_port[*]}={prefill_bootstrap[*]}``.
+Each argument is formatted with ``str.format``; the placeholders are documented, with examples,
+in docs/testing-your-own-stack.md (``ROUTER_PLACEHOLDERS``, ``WORKER_PLACEHOLDERS`` below). An
+argument that is exactly a list placeholder (``{prefill_urls}``, ``{stub_args}``, ...) expands
+to one argument per item; one with ``[*]`` in place of an index is repeated once per prefill.
+A template given as one string is split with ``shlex``.
 """
 
 from __future__ import annotations

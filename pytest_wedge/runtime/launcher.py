@@ -23,9 +23,8 @@ from typing import IO, Protocol
 
 from pytest_wedge.errors import MissingBinaryError
 from pytest_wedge.runtime.stub_forks import StubForkClient, bind_listening
-from pytest_wedge.spec.topology import ComponentSpec
+from pytest_wedge.spec.component import STUB_MODULE, ComponentSpec
 
-STUB_MODULE = "pytest_wedge.stubs"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -90,13 +89,10 @@ class Launcher:
         return client.fork(args, self.env(component.env), log_path, component.name)
 
     def warm_up(self, python: str, listen_ports: Sequence[int] = ()) -> frozenset[int]:
-        """Start the stub fork server of ``python`` now; it returns once the server is spawned,
-        so its imports overlap whatever the caller does next.
-
-        ``listen_ports`` (the stub workers' ports) are bound and listening before the server
-        starts, each handed to the first worker that serves it: a router that connects early
-        waits in the accept queue instead of being refused. Returns the ports so bound: none
-        when the server was already running."""
+        """Spawn the stub fork server of ``python`` now, its imports overlapping the caller's
+        work, with ``listen_ports`` already listening (each handed to the first worker that
+        serves it: an early connect waits instead of being refused). Returns the ports so
+        bound: none when the server was already running."""
         with self._guard:
             client = self._fork_clients.get(python)
             if client is not None and client.alive:

@@ -44,13 +44,9 @@ class _Child:
 
 
 class ProcessRuntime(LogFiles):
-    """Runtime protocol over ``subprocess.Popen``.
-
-    Every action on a component holds that component's lock, so a watchdog thread's restart
-    and a fault's pause of the same component run one after the other, never interleaved;
-    actions on different components run in parallel. Reads (``state``, ``pid``) take no lock:
-    they see one whole :class:`_Child` record.
-    """
+    """Runtime protocol over local processes. An action holds its component's lock, so a
+    watchdog's restart and a fault's pause never interleave; reads take none (one whole
+    :class:`_Child` record)."""
 
     name = "process"
 

@@ -84,10 +84,9 @@ def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket
 class StubForkClient:
     """One running ``pytest_wedge.stubs.forkserver`` and the workers it forked for us.
 
-    ``spawn`` starts the server the way the runtime starts any component (its own process
-    group, death with its parent, the session's tags in its environment: a forked worker's
-    ``/proc/PID/environ`` is the server's, which is what the leftover sweep reads), but with
-    pipes for the protocol. A reader thread files every answer.
+    ``spawn`` starts it as the launcher starts any process, with pipes for the protocol; its
+    environment carries the session's tags, which a forked worker's ``/proc/PID/environ``
+    shows the leftover sweep. A reader thread files every answer.
     """
 
     def __init__(

@@ -1,8 +1,5 @@
 """The scenario catalog: declarative TOML files that map one to one onto the Python API.
-
-A scenario names its topology, its load (harness, stray requesters, aborters), its faults with
-a schedule, its watchdogs and its expectations. Every key is checked on load; a bad file is a
-ConfigError naming the file, the key, what was expected and what was found.
+Every key is checked on load; a bad file is a ConfigError naming the file and the key.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A scenario's ``[expect] executed_once``: executions counted from the worker ledgers.
-
-``executed_once = true``: no harness request id may be executed by more than one attempt
-(``wedge.assert_executed_once``). ``executed_once = false``: the scenario shows a
-non-idempotent replay on purpose, so at least one request id must have been executed twice;
-a run where every request ran once fails, naming what it counted.
+"""A scenario's ``[expect] executed_once``: true, no harness request id ran twice; false, the
+scenario shows a non-idempotent replay, so at least one must have.
 """
 
 from __future__ import annotations

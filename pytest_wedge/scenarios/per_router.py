@@ -1,17 +1,7 @@
-"""Per-router expectations: where a router kind really behaves differently, a scenario says so.
-
-A scenario file may carry, per router kind, a ``[routers.<kind>]`` table that replaces the
-router flags, the armed watchdogs and some expectations when the catalog runs on that kind
-(``pytest --wedge-scenarios --wedge-router=<kind>``). Every such table must say ``because``
-(the behaviour that differs) and ``shown_by`` (the test that shows it): a difference nobody
-demonstrated is not allowed to relax an expectation.
-
-    [routers.sglang-router]
-    because = "sglang-router 0.3.2 has no --stream-body-stall-timeout-secs"
-    shown_by = "tests/integration/test_router_kinds.py::test_..."
-    router_args = ["--request-timeout-secs", "2"]
-    watchdogs = [{ kind = "RequestTimeout", seconds = 2 }]
-    expect = { cleared_within_s = 3.5 }
+"""Per-router expectations: a ``[routers.<kind>]`` table replaces the router flags, watchdogs and
+some expectations when the catalog runs on that kind (``--wedge-router=<kind>``). It must say
+``because`` (the behaviour that differs) and ``shown_by`` (the test that shows it): a difference
+nobody demonstrated may not relax an expectation.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Running one scenario on a topology handle: load, faults, location, clearing, accounting.
 
-Before it locates, a run waits for what the diagnosis needs, on the sent clock (a request's
-overdue clock starts when it is handed to the network, see ``load/client_ledger.py``), under the
-scenario's ``wedge_shows_within_s``: the wedge showing (every first-round harness request
-sent, and most of the unfinished ones held), or the harness having finished, after which
-nothing can change. A deadline that passes undecided fails the scenario, naming what it
-waited for and what it saw instead.
-
-Once the wedge shows, the diagnosis runs on its own thread while the clearing check watches
-the same wedge: a clearing check that only starts after a diagnosis (seconds, on a loaded
-machine) can find the wedge already bounded by its watchdog and never see it.
+Before it locates, a run waits (under ``wedge_shows_within_s``, on the sent clock) for the wedge
+to show or the harness to finish. The diagnosis then runs on its own thread while the clearing
+check watches the same wedge: started after a diagnosis, it could miss a wedge already bounded.
 """
 
 from __future__ import annotations

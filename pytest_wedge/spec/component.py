@@ -6,8 +6,11 @@ build can take a stub's place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from pytest_wedge.errors import ConfigError
 
 Role = Literal["router", "prefill", "decode", "toxiproxy"]
 LEDGERLESS_FLAG = "--ledgerless"  # the stubs' flag that switches off ledger and control API
@@ -31,3 +34,15 @@ class ComponentSpec:
     def is_stub(self) -> bool:
         """A stub with its control API: a ledger-less one shows only public endpoints."""
         return not self.foreign and STUB_MODULE in self.argv and LEDGERLESS_FLAG not in self.argv
+
+
+def check_fields(cls: Any, given: Mapping[str, Any], what: str, where: str) -> None:
+    """Refuse the keys of ``given`` that are not fields of the dataclass ``cls`` (``where``)."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"Unknown {what}: {', '.join(unknown)}",
+            facts={"known": ", ".join(sorted(known))},
+            fix=f"use only the fields of {where}",
+        )

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.routers.template import split_template
+from pytest_wedge.spec.component import check_fields
 from pytest_wedge.spec.topology import StubOptions, TopologySpec
 from pytest_wedge.spec.workers import WorkerSpec, worker_spec
 
@@ -62,14 +63,7 @@ def wedge(
     elif isinstance(stub, StubOptions):
         options = stub
     elif isinstance(stub, Mapping):
-        known = {f.name for f in fields(StubOptions)}
-        unknown = sorted(set(stub) - known)
-        if unknown:
-            raise ConfigError(
-                f"Unknown stub option(s): {', '.join(unknown)}",
-                facts={"known": ", ".join(sorted(known))},
-                fix="use only the fields of pytest_wedge.topology.StubOptions",
-            )
+        check_fields(StubOptions, stub, "stub option(s)", "pytest_wedge.StubOptions")
         options = StubOptions(**{name: _stub_value(name, value) for name, value in stub.items()})
     else:
         raise ConfigError(
@@ -109,14 +103,9 @@ def router_spec(router: str | RouterSpec | Mapping[str, Any] | None) -> RouterSp
             facts={"got": repr(router)},
             fix="write router='sglang-router' or router={'kind': 'command', ...}",
         )
-    known = {f.name for f in fields(RouterSpec)}
-    unknown = sorted(set(router) - known)
-    if unknown:
-        raise ConfigError(
-            f"Unknown router setting(s): {', '.join(unknown)}",
-            facts={"known": ", ".join(sorted(known))},
-            fix="use only the fields of pytest_wedge.routers.router_spec.RouterSpec",
-        )
+    check_fields(
+        RouterSpec, router, "router setting(s)", "pytest_wedge.routers.router_spec.RouterSpec"
+    )
     values = dict(router)
     if "command" in values:
         values["command"] = split_template(values["command"])
@@ -145,7 +134,7 @@ def _stub_value(name: str, value: Any) -> Any:
     if not ok:
         raise ConfigError(
             f"Bad stub option {name}: expected {expected}, got {value!r}",
-            fix="see the fields of pytest_wedge.topology.StubOptions",
+            fix="see the fields of pytest_wedge.StubOptions",
         )
     return value
 

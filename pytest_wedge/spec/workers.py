@@ -8,7 +8,7 @@ refused; ``url`` already runs, and component faults are refused too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_wedge.errors import ConfigError
@@ -19,6 +19,7 @@ from pytest_wedge.routers.template import (
     render_worker_template,
     split_template,
 )
+from pytest_wedge.spec.component import check_fields
 
 WORKER_KINDS = ("stub", "command", "url")
 URL_PREFIX = "http://127.0.0.1:"
@@ -142,14 +143,9 @@ def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> Work
             facts={"got": repr(value)},
             fix=f"write {role}_worker={{'kind': 'command', 'command': [...]}}",
         )
-    known = {f.name for f in fields(WorkerSpec)}
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise ConfigError(
-            f"Unknown {role}_worker setting(s): {', '.join(unknown)}",
-            facts={"known": ", ".join(sorted(known))},
-            fix="use only the fields of pytest_wedge.spec.workers.WorkerSpec",
-        )
+    check_fields(
+        WorkerSpec, value, f"{role}_worker setting(s)", "pytest_wedge.spec.workers.WorkerSpec"
+    )
     values = dict(value)
     if "command" in values:
         values["command"] = split_template(values["command"])

@@ -1,56 +1,16 @@
-"""Decode admission as SGLang builds it: preallocation slots, the transfer queue, the batch.
+"""Decode admission as SGLang builds it (``disaggregation/decode.py``): preallocation slots, the
+transfer queue, the waiting queue, the running batch (states ``prealloc``, ``transfer``,
+``queued``, ``running``, each under SGLang's metric name). Slots are counted apart from the
+batch, as in ``DecodeReqToTokenPool``, and taken before the prefill is contacted.
 
-SGLang's decode scheduler (``python/sglang/srt/disaggregation/decode.py``, module docstring)
-moves a request through four places, and the stub keeps the same ones, each under SGLang's
-metric name:
+``--prealloc-hold request`` keeps a slot through generation: a decode whose KV memory is full
+(sglang issue #9726, TokenSpeed in smg pull request #2463), so the prefill sees the request
+unbootstrapped while the queue drains (sglang issue #11809).
 
-1. ``DecodePreallocQueue``: the request has arrived and waits for a preallocation slot (KV
-   rows reserved for the prefill to write into). State ``prealloc``,
-   ``sglang:num_decode_prealloc_queue_reqs``. FIFO: ``pop_preallocated`` stops at the first
-   request that does not fit.
-2. ``DecodeTransferQueue``: the slot is taken and the request polls for its KV. State
-   ``transfer``, ``sglang:num_decode_transfer_queue_reqs``.
-3. The waiting queue: the KV arrived, the slot is handed back, and the request waits for room
-   in the running batch. State ``queued``, ``sglang:num_queue_reqs``.
-4. The running batch, bounded by ``--max-running`` (``max_running_requests``). State
-   ``running``, ``sglang:num_running_reqs``.
-
-The slots have their own accounting, as in SGLang's ``DecodeReqToTokenPool``: "#running <= 8,
-#pre-allocated + #transfer <= pre_alloc_size", so preallocation never takes a running slot.
-
-The stub preallocates *before* it contacts the prefill (SGLang handshakes first, then
-preallocates; the stub's one KV fetch is both), so a refused connection also ends a transfer
-that holds a slot.
-
-**How long a slot is held** (``--prealloc-hold``): ``transfer`` (default) gives it back once the
-KV has arrived, as above; ``request`` keeps it until the request ends, so the running batch and
-the waiting queue hold slots too and a request that finds none waits in ``prealloc`` without
-contacting the prefill. That is a decode whose KV memory is full: SGLang's preallocation waits
-for allocatable KV tokens that running requests hold ("the decode server is still waiting for
-more memory to free up to allocate kv cache before it can bootstrap", sglang issue #9726), and
-TokenSpeed's pre-allocated room "holds one of the max_num_seqs req-pool slots through the
-transfer and the whole generation" (smg pull request #2463). The prefill then sees the
-request unbootstrapped for as long as the decode's queue takes to drain (sglang issue #11809).
-
-**A transfer that fails, is reset or stalls** gives its slot back in one of three ways
-(``--slot-on-transfer-failure``, or ``POST /control/admission``). The request itself ends as it
-always did (an error, or aborted when its client went away); the policy only decides when its
-slot comes back, and until then the slot still counts in the transfer queue:
-
-- ``released``: at once. SGLang's ``DecodeTransferQueue.pop_transferred`` on ``KVPoll.Failed``
-  calls ``release_kv_cache(..., is_insert=False)`` and frees the metadata buffer index in the
-  same scheduler step.
-- ``released_after_timeout``: when the engine's transfer timeout has passed since the transfer
-  started (``--transfer-timeout-s``; when that watchdog is off, 300 s, the default of
-  ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``). SGLang's Mooncake receiver
-  (``disaggregation/mooncake/conn.py``, ``_check_waiting_timeout``) learns of a transfer that
-  will never complete only when that timeout marks it ``KVPoll.Failed``; vLLM's Mooncake
-  connector frees the prefill's blocks after ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT``.
-- ``leaked``: never (until ``/control/reset``). The field bug: sglang pull request #31800
-  ("time out KV receivers stuck in Transferring": the slot is never released, ``#transfer-req``
-  freezes, and once the pool is exhausted the decode admits nothing); vLLM issues #35943
-  (decode requests stuck in ``WAITING_FOR_REMOTE_KVS`` forever after a failed transfer, "HBM
-  leak") and #46283 (the blocks of an aborted remote-KV load are never reclaimed).
+A failed, reset or stalled transfer gives its slot back per ``--slot-on-transfer-failure``:
+``released`` at once (``pop_transferred`` on ``KVPoll.Failed``), ``released_after_timeout``
+(Mooncake's ``_check_waiting_timeout``, 300 s by default), or ``leaked`` (sglang pull request
+#31800; vLLM issues #35943 and #46283).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 ROLES = ("prefill", "decode")
 # What a decode does with a preallocation slot whose KV transfer failed, was reset or stalled
@@ -62,6 +62,35 @@ class StubConfig:
         return self.prealloc_slots or 2 * self.max_running
 
 
+# The command line is the config's fields, spelled with dashes; these never are flags.
+NOT_FLAGS = frozenset({"bootstrap_routes", "max_total_tokens", "version"})
+# A watchdog given as 0 on the command line is off, which the engine models as None.
+OFF_IF_ZERO = frozenset(
+    {"inflight_pin_watchdog_s", "transfer_timeout_s", "bootstrap_no_progress_s"}
+)
+CHOICES = {
+    "role": ROLES,
+    "slot_on_transfer_failure": SLOT_POLICIES,
+    "prealloc_hold": PREALLOC_HOLDS,
+    "protocol": PROTOCOLS,
+}
+HELP = {
+    "prealloc_slots": "decode KV preallocation slots, shared by the prealloc and transfer queues "
+    "(default 0: twice --max-running, as SGLang's pre_alloc_size)",
+    "slot_on_transfer_failure": "what a decode does with the preallocation slot of a KV transfer "
+    "that failed, was reset or stalled: released at once, released after the transfer timeout, "
+    "or leaked (never released)",
+    "prealloc_hold": "how long a decode holds its preallocation slot: until its KV has arrived "
+    "(default), or until the request ends (its KV memory held through generation)",
+    "bootstrap_no_progress_s": "prefill: fail a request no decode came for once no decode has "
+    "come for any room for this long (a no-progress bootstrap deadline; 0: off)",
+    "protocol": "the engine protocol to speak: sglang (default) or vllm",
+    "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
+    "the worker shows only what a real engine shows",
+}
+TYPES = {"int": int, "int | None": int, "float": float, "float | None": float, "str": str}
+
+
 def _route(text: str) -> tuple[str, str]:
     src, sep, dst = text.partition("=")
     if not sep or ":" not in src or ":" not in dst:
@@ -69,73 +98,26 @@ def _route(text: str) -> tuple[str, str]:
     return src.strip(), dst.strip()
 
 
-def _off_if_zero(value: float) -> float | None:
-    # 0 on the command line means "watchdog off", which the engine models as None.
-    return value if value > 0 else None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pytest_wedge.stubs", description=__doc__)
-    p.add_argument("--role", choices=ROLES, required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--name", default="")
-    p.add_argument("--bootstrap-port", type=int, default=None)
+    for f in fields(StubConfig):
+        flag, help_ = "--" + f.name.replace("_", "-"), HELP.get(f.name)
+        if f.name in NOT_FLAGS:
+            continue
+        if f.type == "bool":
+            p.add_argument(flag, action="store_true", help=help_)
+            continue
+        required = f.default is MISSING
+        p.add_argument(
+            flag,
+            type=TYPES[str(f.type)],
+            required=required,
+            default=None if required else f.default,
+            choices=CHOICES.get(f.name),
+            help=help_,
+        )
     p.add_argument(
         "--bootstrap-route", type=_route, action="append", default=[], metavar="HOST:PORT=HOST:PORT"
-    )
-    p.add_argument("--model", default="stub-model")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--instance-id", default="")
-    p.add_argument("--prefill-ms-per-token", type=float, default=0.05)
-    p.add_argument("--itl-ms", type=float, default=5.0)
-    p.add_argument("--max-running", type=int, default=64)
-    p.add_argument("--max-queue", type=int, default=1024)
-    p.add_argument(
-        "--prealloc-slots",
-        type=int,
-        default=0,
-        help="decode KV preallocation slots, shared by the prealloc and transfer queues "
-        "(default 0: twice --max-running, as SGLang's pre_alloc_size)",
-    )
-    p.add_argument(
-        "--slot-on-transfer-failure",
-        choices=SLOT_POLICIES,
-        default="released",
-        help="what a decode does with the preallocation slot of a KV transfer that failed, "
-        "was reset or stalled: released at once, released after the transfer timeout, or "
-        "leaked (never released)",
-    )
-    p.add_argument(
-        "--prealloc-hold",
-        choices=PREALLOC_HOLDS,
-        default="transfer",
-        help="how long a decode holds its preallocation slot: until its KV has arrived "
-        "(default), or until the request ends (its KV memory held through generation)",
-    )
-    p.add_argument("--max-tokens-default", type=int, default=16)
-    p.add_argument("--inflight-pin-watchdog-s", type=float, default=0.0)
-    p.add_argument("--transfer-timeout-s", type=float, default=0.0)
-    p.add_argument("--bootstrap-timeout-s", type=float, default=300.0)
-    p.add_argument(
-        "--bootstrap-no-progress-s",
-        type=float,
-        default=0.0,
-        help="prefill: fail a request no decode came for once no decode has come for any "
-        "room for this long (a no-progress bootstrap deadline; 0: off)",
-    )
-    p.add_argument("--context-length", type=int, default=32768)
-    p.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default="sglang",
-        help="the engine protocol to speak: sglang (default) or vllm",
-    )
-    p.add_argument(
-        "--ledgerless",
-        action="store_true",
-        help="switch off the ledger and the control API (/ledger, /control/*): "
-        "the worker shows only what a real engine shows",
     )
     return p
 
@@ -149,30 +131,9 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
         parser.error("--prealloc-slots must be >= 0 (0: twice --max-running)")
     if ns.protocol == "vllm" and ns.role == "prefill" and not ns.bootstrap_port:
         parser.error("--protocol vllm needs --bootstrap-port on a prefill: its KV side channel")
-    return StubConfig(
-        role=ns.role,
-        host=ns.host,
-        port=ns.port,
-        name=ns.name,
-        bootstrap_port=ns.bootstrap_port,
-        bootstrap_routes=dict(ns.bootstrap_route),
-        model=ns.model,
-        seed=ns.seed,
-        # A fresh identity per start is what lets a restarted decode look new to the prefill.
-        instance_id=ns.instance_id or secrets.token_hex(8),
-        prefill_ms_per_token=ns.prefill_ms_per_token,
-        itl_ms=ns.itl_ms,
-        max_running=ns.max_running,
-        max_queue=ns.max_queue,
-        prealloc_slots=ns.prealloc_slots,
-        slot_on_transfer_failure=ns.slot_on_transfer_failure,
-        prealloc_hold=ns.prealloc_hold,
-        max_tokens_default=ns.max_tokens_default,
-        inflight_pin_watchdog_s=_off_if_zero(ns.inflight_pin_watchdog_s),
-        transfer_timeout_s=_off_if_zero(ns.transfer_timeout_s),
-        bootstrap_timeout_s=ns.bootstrap_timeout_s,
-        bootstrap_no_progress_s=_off_if_zero(ns.bootstrap_no_progress_s),
-        context_length=ns.context_length,
-        protocol=ns.protocol,
-        ledgerless=ns.ledgerless,
-    )
+    given = {f.name: getattr(ns, f.name) for f in fields(StubConfig) if f.name not in NOT_FLAGS}
+    for name in OFF_IF_ZERO:
+        given[name] = given[name] if given[name] and given[name] > 0 else None
+    # A fresh identity per start is what lets a restarted decode look new to the prefill.
+    given["instance_id"] = ns.instance_id or secrets.token_hex(8)
+    return StubConfig(**given, bootstrap_routes=dict(ns.bootstrap_route))

@@ -5,28 +5,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from dataclasses import replace as _replace
 from typing import Any
 
 # The one engine-fault vocabulary: kind -> its parameters with their defaults (None means
-# required). pytest_wedge.faults.engine declares a class per kind with these very fields.
+# required). pytest_wedge.faults.engine declares (and documents) a class per kind with these
+# very fields.
 KINDS: dict[str, dict[str, Any]] = {
     "stall_before_first_token": {},
     "stall_after_tokens": {"tokens": None},
-    # A decode that never leaves bootstrapping: it holds the request in its preallocation
-    # queue and never contacts the prefill (sglang issue #39367).
     "stall_bootstrap": {},
-    # A prefill whose bootstrap handshake succeeds but whose KV never arrives: the transfer
-    # channel is unreachable while every port answers (sglang issue #23342).
     "stall_kv_transfer": {},
     "pin_on_abort": {},
     "serialize": {},
-    # first_n: only the first n matching requests error (0: no limit); probability: each
-    # matching request errors with this probability, drawn from the stub's --seed;
-    # after_kv_taken: the worker runs the request until its KV has been handed over (a prefill:
-    # taken by the decode; a decode: received) and only then answers with the error, holding
-    # its response head until then; delay_ms: how long after that point (or after arrival) the
-    # error goes out.
     "error_status": {
         "status": 500,
         "message": "injected engine error",
@@ -93,6 +83,34 @@ def _ms(kind: str, key: str, value: Any) -> float:
     return float(value)
 
 
+def _probability(kind: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise FaultError(f"{kind}: {key} must be a number within 0..1, got {value!r}")
+    return float(value)
+
+
+def _of_type(wanted: type, words: str) -> Callable[[str, str, Any], Any]:
+    def check(kind: str, key: str, value: Any) -> Any:
+        if not isinstance(value, wanted):
+            raise FaultError(f"{kind}: {key} must be {words}")
+        return value
+
+    return check
+
+
+CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
+    "tokens": lambda kind, key, v: _int(kind, key, v, 0, 10_000_000),
+    "status": lambda kind, key, v: _int(kind, key, v, 400, 599),
+    "message": _of_type(str, "a string"),
+    "itl_ms": _ms,
+    "exit_code": lambda kind, key, v: _int(kind, key, v, 0, 255),
+    "first_n": lambda kind, key, v: _int(kind, key, v, 0, 10_000_000),
+    "probability": _probability,
+    "after_kv_taken": _of_type(bool, "true or false"),
+    "delay_ms": _ms,
+}
+
+
 def parse_fault(body: Any) -> StubFault:
     if not isinstance(body, Mapping):
         raise FaultError("fault must be a JSON object with name and kind")
@@ -111,34 +129,8 @@ def parse_fault(body: Any) -> StubFault:
     origin = body.get("origin")
     if origin is not None and not isinstance(origin, str):
         raise FaultError(f"{kind}: origin must be a string or null")
-    values = {k: body.get(k, default) for k, default in params.items()}
-    fault = StubFault(name=name, kind=kind, origin=origin)
-    if "tokens" in values:
-        fault = _replace(fault, tokens=_int(kind, "tokens", values["tokens"], 0, 10_000_000))
-    if "status" in values:
-        fault = _replace(fault, status=_int(kind, "status", values["status"], 400, 599))
-    if "message" in values:
-        if not isinstance(values["message"], str):
-            raise FaultError(f"{kind}: message must be a string")
-        fault = _replace(fault, message=values["message"])
-    if "itl_ms" in values:
-        fault = _replace(fault, itl_ms=_ms(kind, "itl_ms", values["itl_ms"]))
-    if "exit_code" in values:
-        fault = _replace(fault, exit_code=_int(kind, "exit_code", values["exit_code"], 0, 255))
-    if "first_n" in values:
-        fault = _replace(fault, first_n=_int(kind, "first_n", values["first_n"], 0, 10_000_000))
-    if "probability" in values:
-        p = values["probability"]
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise FaultError(f"{kind}: probability must be a number within 0..1, got {p!r}")
-        fault = _replace(fault, probability=float(p))
-    if "after_kv_taken" in values:
-        if not isinstance(values["after_kv_taken"], bool):
-            raise FaultError(f"{kind}: after_kv_taken must be true or false")
-        fault = _replace(fault, after_kv_taken=values["after_kv_taken"])
-    if "delay_ms" in values:
-        fault = _replace(fault, delay_ms=_ms(kind, "delay_ms", values["delay_ms"]))
-    return fault
+    checked = {k: CHECKS[k](kind, k, body.get(k, default)) for k, default in params.items()}
+    return StubFault(name=name, kind=kind, origin=origin, **checked)
 
 
 @dataclass

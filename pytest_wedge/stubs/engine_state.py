@@ -55,9 +55,9 @@ class Engine:
         self.throughput = ThroughputWindow()
         self.inflight_pin_s = config.inflight_pin_watchdog_s
         self.transfer_timeout_s = config.transfer_timeout_s
-        # The prefill's bootstrap deadline, measured from the request's arrival (SGLang's
-        # KVSender init_time), and its no-progress variant (smg pull request #2463), measured
-        # from the later of the arrival and the last time any decode came for a room.
+        # The prefill's bootstrap deadline runs from the request's arrival (SGLang's KVSender
+        # init_time); its no-progress variant (smg pull request #2463) from the later of that
+        # and the last time any decode came for a room.
         self.bootstrap_timeout_s: float | None = config.bootstrap_timeout_s or None
         self.bootstrap_no_progress_s = config.bootstrap_no_progress_s
         self.last_decode_progress = 0.0

@@ -1,15 +1,11 @@
-"""Prometheus text under SGLang's metric names, computed from engine state at scrape time.
-
-``/metrics`` is served by :class:`Exposition`: the text ``generate_latest`` makes of the
-collectors, byte for byte (tests/unit/test_stub_exposition.py), with everything but the values
-prepared once per engine. The probe scrapes every stub once a second, and building the metric
-families and walking them generically cost most of a scrape's CPU. The collectors stay as the
-reference the fast text is checked against.
+"""``/metrics``: Prometheus text under SGLang's names (or vLLM's), from engine state at scrape.
+Byte for byte ``generate_latest``'s, with all but the values prepared once per engine: building
+families at each of the probe's scrapes cost most of its CPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -44,6 +40,10 @@ COUNTERS: dict[str, str] = {
     "num_transfer_failed_reqs": "Number of transfer failed requests.",
 }
 
+Samples = Sequence[tuple[Mapping[str, str], float]]
+# name, help, "gauge" or "counter", and the samples: extra labels and value.
+Family = tuple[str, str, str, Samples]
+
 
 def gauge_values(engine: Engine) -> dict[str, float]:
     cfg, led = engine.config, engine.ledger
@@ -70,9 +70,10 @@ def gauge_values(engine: Engine) -> dict[str, float]:
     }
 
 
-def counter_values(engine: Engine) -> dict[str, float]:
-    c = engine.counters
-    return {
+def sglang_families(engine: Engine) -> tuple[dict[str, str], list[Family]]:
+    cfg, c = engine.config, engine.counters
+    labels = dict(zip(LABELS, (cfg.model, cfg.role, "0", "0"), strict=True))
+    counters = {
         "num_requests": c.requests,
         "generation_tokens": engine.ledger.tokens_total,
         "prompt_tokens": c.prompt_tokens,
@@ -80,37 +81,79 @@ def counter_values(engine: Engine) -> dict[str, float]:
         "num_bootstrap_failed_reqs": c.bootstrap_failed,
         "num_transfer_failed_reqs": c.transfer_failed,
     }
+    fams: list[Family] = [
+        (f"sglang:{name}", GAUGES[name], "gauge", [({}, value)])
+        for name, value in gauge_values(engine).items()
+    ]
+    fams += [
+        (f"sglang:{name}", COUNTERS[name], "counter", [({}, value)])
+        for name, value in counters.items()
+    ]
+    return labels, fams
 
 
-class EngineCollector(Collector):
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+# vLLM v1's names (``vllm/v1/metrics/loggers.py``, NIXL's ``KVConnectorPromMetrics``). One
+# ``engine`` label, "0": vllm-router splits a worker into ranks by its distinct values. Waiting
+# requests split by reason: ``capacity`` (queued, prealloc) and ``deferred`` (transfer, i.e.
+# ``WAITING_FOR_REMOTE_KVS``, plus slots a failed transfer left, vLLM issue #35943).
+def vllm_families(engine: Engine) -> tuple[dict[str, str], list[Family]]:
+    cfg, led, c = engine.config, engine.ledger, engine.counters
+    decode = cfg.role == "decode"
+    capacity = float(led.count("queued") + (led.count("prealloc") if decode else 0))
+    deferred = float(led.count("transfer") + engine.prealloc.orphaned if decode else 0)
+    running = led.count("running") if decode else led.count("prefilling")
+    usage = min(1.0, engine.used_tokens() / cfg.max_total_tokens)
+    gauges = {
+        "num_requests_running": ("Number of requests in model execution batches.", running),
+        "num_requests_waiting": (
+            "Number of requests waiting to be processed.",
+            capacity + deferred,
+        ),
+        "kv_cache_usage_perc": ("KV-cache usage. 1 means 100 percent usage.", usage),
+    }
+    counters = {
+        "prompt_tokens": ("Number of prefill tokens processed.", c.prompt_tokens),
+        "generation_tokens": ("Number of generation tokens processed.", led.tokens_total),
+        "num_preemptions": ("Cumulative number of preemption from the engine.", 0),
+        "nixl_num_failed_transfers": (
+            "Number of failed NIXL KV Cache transfers.",
+            c.bootstrap_failed + c.transfer_failed if decode else 0,
+        ),
+        "nixl_num_kv_expired_reqs": (
+            "Number of requests that had their KV expire.",
+            0 if decode else c.bootstrap_failed,
+        ),
+    }
+    families: list[Family] = [
+        (f"vllm:{name}", doc, "gauge", [({}, value)]) for name, (doc, value) in gauges.items()
+    ]
+    families.append(
+        (
+            "vllm:num_requests_waiting_by_reason",
+            "Number of requests waiting, by reason.",
+            "gauge",
+            [({"reason": "capacity"}, capacity), ({"reason": "deferred"}, deferred)],
+        )
+    )
+    families += [
+        (f"vllm:{name}", doc, "counter", [({}, value)]) for name, (doc, value) in counters.items()
+    ]
+    finished = [
+        ({"finished_reason": "length"}, led.count("ok")),
+        ({"finished_reason": "abort"}, c.aborted),
+    ]
+    families.append(
+        ("vllm:request_success", "Count of successfully processed requests.", "counter", finished)
+    )
+    return {"model_name": cfg.model, "engine": "0"}, families
 
-    def collect(self) -> Iterator[Metric]:
-        cfg = self.engine.config
-        labels = [cfg.model, cfg.role, "0", "0"]
-        for name, value in gauge_values(self.engine).items():
-            g = GaugeMetricFamily(f"sglang:{name}", GAUGES[name], labels=LABELS)
-            g.add_metric(labels, float(value))
-            yield g
-        for name, value in counter_values(self.engine).items():
-            c = CounterMetricFamily(f"sglang:{name}", COUNTERS[name], labels=LABELS)
-            c.add_metric(labels, float(value))
-            yield c
 
+def families(engine: Engine) -> tuple[dict[str, str], list[Family]]:
+    """The engine's base labels and metric families, in its protocol's names."""
+    if engine.config.protocol == "vllm":
+        return vllm_families(engine)
+    return sglang_families(engine)
 
-def make_registry(engine: Engine) -> CollectorRegistry:
-    # Per process (and per engine in tests), never the global default registry.
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine))
-    return registry
-
-
-def render(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
-
-
-# -- the served text -------------------------------------------------------------------------
 
 # prometheus-client's own float formatting (Go's), so the text cannot drift from its; untyped there.
 _float_text: Callable[[float], str] = floatToGoString
@@ -129,8 +172,7 @@ def _label_value(value: str) -> str:
 
 
 def sample_prefix(name: str, labels: Mapping[str, str]) -> str:
-    """A sample's line up to its value: labels sorted by name and escaped as
-    ``generate_latest`` does (backslash, newline, double quote)."""
+    """A sample's line up to its value: labels sorted and escaped as ``generate_latest`` does."""
     pairs = ",".join(
         f'{escape_label_name(k)}="{_label_value(v)}"' for k, v in sorted(labels.items())
     )
@@ -138,36 +180,51 @@ def sample_prefix(name: str, labels: Mapping[str, str]) -> str:
 
 
 class Exposition:
-    """One engine's ``/metrics`` text: ``lines`` are each sample's text before its value (with
-    its family's header before a family's first sample), ``values`` gives the values in the
-    same order at each scrape."""
+    """One engine's ``/metrics`` text: each sample's text before its value, prepared once,
+    and the values read at each scrape in the same order."""
 
-    __slots__ = ("_lines", "_values")
+    __slots__ = ("_engine", "_lines")
 
-    def __init__(self, lines: Sequence[str], values: Callable[[], Iterable[float]]) -> None:
-        self._lines = tuple(lines)
-        self._values = values
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        labels, fams = families(engine)
+        self._lines = tuple(
+            (header(name, doc, kind) if i == 0 else "")
+            + sample_prefix(f"{name}_total" if kind == "counter" else name, {**labels, **extra})
+            for name, doc, kind, samples in fams
+            for i, (extra, _) in enumerate(samples)
+        )
 
     def render(self) -> bytes:
-        pairs = zip(self._lines, self._values(), strict=True)
+        values = [v for *_, samples in families(self._engine)[1] for _, v in samples]
+        pairs = zip(self._lines, values, strict=True)
         return "".join([f"{line}{_float_text(value)}\n" for line, value in pairs]).encode()
 
 
-def exposition(engine: Engine) -> Exposition:
-    cfg = engine.config
-    labels = dict(zip(LABELS, (cfg.model, cfg.role, "0", "0"), strict=True))
-    # In the collector's order: the value functions' keys.
-    lines = [
-        header(f"sglang:{name}", GAUGES[name], "gauge") + sample_prefix(f"sglang:{name}", labels)
-        for name in gauge_values(engine)
-    ]
-    lines += [
-        header(f"sglang:{name}", COUNTERS[name], "counter")
-        + sample_prefix(f"sglang:{name}_total", labels)
-        for name in counter_values(engine)
-    ]
+class FamiliesCollector(Collector):
+    """The same families through prometheus-client: the reference the served text is checked
+    against."""
 
-    def values() -> list[float]:
-        return [*gauge_values(engine).values(), *counter_values(engine).values()]
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
-    return Exposition(lines, values)
+    def collect(self) -> Iterator[Metric]:
+        labels, fams = families(self.engine)
+        for name, doc, kind, samples in fams:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            names = [*labels, *samples[0][0]]
+            family = family_type(name, doc, labels=names)
+            for extra, value in samples:
+                family.add_metric([*labels.values(), *extra.values()], float(value))
+            yield family
+
+
+def make_registry(engine: Engine) -> CollectorRegistry:
+    # Per engine, never the global default registry.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamiliesCollector(engine))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

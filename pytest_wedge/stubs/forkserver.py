@@ -1,30 +1,11 @@
 """`python -m pytest_wedge.stubs.forkserver`: one pre-imported parent that forks stub workers.
 
-A stub worker spends about 0.25 s of CPU and 40 MB importing aiohttp and prometheus_client.
-This server pays that once: it imports the worker's modules, freezes the heap out of the
-garbage collector (so a collection in a worker does not touch, and copy, the shared pages),
-and forks one worker per request. Each worker is still its own process: its own PID, its own
-session and process group (so SIGSTOP, SIGKILL and a restart act on it alone), its own log
-file, and it dies with this server by ``PR_SET_PDEATHSIG``, as this server dies with the
-runtime that started it.
-
-The server stays single-threaded and never runs an event loop: forking a process that has
-threads copies locks that no thread will ever release in the child.
-
-Protocol, one JSON object per line. Requests on stdin::
-
-    {"id": 1, "args": [<stub args>], "env": {...}, "cwd": "/path", "log": "/path/decode-0.log"}
-
-A topology's first start may hand the server listening sockets, already bound to the workers'
-ports (``LISTEN_FDS_ENV``: ``port=fd`` pairs). A worker whose ``--port`` or ``--bootstrap-port``
-is among them gets that socket and serves on it; the server keeps no copy, so a worker that
-dies leaves its port refusing connections, as a worker that bound it itself would. A later
-start (a restart) binds its port itself.
-
-Answers on stdout: ``{"id": 1, "pid": 4242}`` (or ``{"id": 1, "error": "..."}``), and, when a
-worker ends, ``{"exited": 4242, "code": -9}`` (negative: killed by that signal, as
-``subprocess`` reports it). End of stdin means the owner is gone: every worker is killed and
-the server exits.
+It pays the worker's imports (0.25 s of CPU, 40 MB) once and freezes the heap out of the GC, so
+workers share its pages. Each worker has its own PID, session and log, and dies with the server
+(``PR_SET_PDEATHSIG``). Single-threaded, no event loop: a fork copies locks no thread releases.
+One JSON object per line: requests ``{"id", "args", "env", "cwd", "log"}`` on stdin; answers
+``{"id", "pid"}`` or ``{"id", "error"}``, and ``{"exited": pid, "code": n}`` on stdout. A
+pre-bound socket (``LISTEN_FDS_ENV``) goes to the first worker on its port. Stdin EOF kills all.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Listening sockets a stub worker inherits instead of binding its ports itself.
-
-A topology's first start binds every stub's ports before any stub runs (``runtime/stub_forks.py``)
-and hands the sockets down through the fork server, so a client that connects while the stub
-still starts waits in the accept queue instead of being refused: the router can start at the
-same time as its workers. The sockets travel as ``port=fd`` pairs in one environment variable.
+"""Listening sockets a stub inherits (``port=fd`` pairs in one environment variable) instead of
+binding its ports: bound before any stub runs, a client connecting early waits in the accept
+queue instead of being refused, so the router can start with its workers.
 """
 
 from __future__ import annotations

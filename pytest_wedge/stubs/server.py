@@ -14,11 +14,11 @@ from typing import Any
 
 from aiohttp import web
 
-from . import decode, prefill, vllm, vllm_metrics
+from . import decode, prefill, vllm
 from .config import StubConfig
 from .control import add_control_routes
 from .engine_state import ENGINE, Engine
-from .exposition import Exposition, exposition
+from .exposition import Exposition
 from .listen_fds import LISTEN_FDS_ENV, parse_listen_fds
 from .textgen import PATHS, BadRequest, parse_request
 from .wire import send_error
@@ -148,7 +148,7 @@ def make_app(engine: Engine) -> web.Application:
     app[ENGINE] = engine
     cfg = engine.config
     vllm_like = cfg.protocol == "vllm"
-    app[METRICS] = vllm_metrics.exposition(engine) if vllm_like else exposition(engine)
+    app[METRICS] = Exposition(engine)
     if engine.config.role == "decode":
         kv = decode.KvClient(engine)
         app[KV] = kv

@@ -1,17 +1,9 @@
-"""The vLLM personality of the stubs (``--protocol vllm``): what a vLLM PD worker shows its
-router, as vllm-router 0.1.17 drives it (shared docs, routers.md part B).
+"""The vLLM personality of the stubs (``--protocol vllm``), as vllm-router 0.1.17 drives it.
 
-- The router sends the prefill first, ``stream:false`` and ``max_tokens:1`` with
-  ``kv_transfer_params: {"do_remote_decode": true, ...}``. The prefill answers at once with its
-  own handle in ``kv_transfer_params`` and keeps the KV until a decode pulls it, as vLLM's
-  NIXL connector delays freeing the blocks of a finished remote-decode request.
-- The router then sends the decode the prefill's handle verbatim. The decode pulls the KV
-  from ``remote_host:remote_port`` (the prefill's KV side channel, remapped onto its own
-  ``decode-j->prefill-i`` link by ``--bootstrap-route``) before its first token.
-- ``/health`` is an empty 200, ``/version`` exists, ``/v1/models`` is ``owned_by: "vllm"``.
-
-The handle's ``remote_request_id`` names the stub's room (the KV the prefill holds); the
-router never reads it, it copies the whole object.
+The prefill answers ``max_tokens:1`` at once with its own ``kv_transfer_params`` handle and
+keeps the KV until a decode pulls it (NIXL's delayed free); the decode pulls it from
+``remote_host:remote_port``, remapped onto its ``decode-j->prefill-i`` link, before its first
+token. ``remote_request_id`` names the stub's room.
 """
 
 from __future__ import annotations

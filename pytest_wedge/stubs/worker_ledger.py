@@ -8,19 +8,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-PREFILL_STATES = ("queued", "prefilling", "inflight")
-DECODE_STATES = ("prealloc", "transfer", "queued", "running")
 FINAL_STATES = ("ok", "error", "aborted", "released")
-TIMESTAMPS = (
-    "arrived",
-    "queued",
-    "running",
-    "kv_ready",
-    "transfer_start",
-    "kv_received",
-    "first_token",
-    "finished",
-)
 
 
 @dataclass(eq=False)

@@ -237,11 +237,7 @@ class Topology:
 
     # -- between tests ------------------------------------------------------------------------
     def reset(self) -> None:
-        """Remove every fault and clear the stubs' state; restart anything a test broke.
-
-        Paused components are resumed and dead ones restarted; a restarted decode takes its
-        prefills along, because a decode-only restart leaves the prefill's transfer state stale.
-        """
+        """Remove every fault, resume what is paused, restart what is dead, reset the stubs."""
         for name in self.components:
             if self.runtime.state(name) == "paused":
                 self.runtime.resume(name)
@@ -254,12 +250,8 @@ class Topology:
         list(self._pool.map(lambda stub: stub.reset(), self.stubs.values()))
 
     def _router_is_clean(self) -> bool:
-        """False when an earlier test left router state behind that would leak into the next.
-
-        smg's circuit breakers stay open for a minute after a burst of PD failures, and a
-        worker it marked unhealthy needs several good health checks to come back: both are
-        cleared only by a router restart, which is cheaper than waiting them out.
-        """
+        """False when open breakers or an unhealthy worker would leak into the next test: smg
+        keeps them for a minute, and a router restart is cheaper than waiting them out."""
         try:
             ready = self.http.get(self.router_url + "/readiness")
             metrics = self.router_metrics()
@@ -270,15 +262,9 @@ class Topology:
         return ready.status_code == 200 and not breakers_open
 
     def restart(self, *names: str, timeout_s: float | None = None) -> float:
-        """Kill ``names``, then start them again and wait until they are ready: the prefills
-        first, then the decodes, then the router.
-
-        All go down before any comes back: a prefill started while its old decode still ran
-        took that decode's retried KV fetches and paired with it, so the new decode's fetches
-        were held (a co-restart that left the wedge, under load, in 1 of 5 catalog runs).
-        The KV's source is ready before the decodes that fetch from it come back: a decode
-        ready first took the router's retried requests whose prefill half was refused, and
-        waited for their KV for ever (14 requests held after a co-restart, 1 of 7 runs)."""
+        """Kill all of ``names``, then bring back the prefills, the decodes and the router, each
+        group ready before the next. A prefill back while its old decode ran paired with it; a
+        decode ready before its prefill waited for KV for ever (docs/performance.md)."""
         ranks = {"prefill": 0, "decode": 1, "router": 2}
 
         def rank(name: str) -> int:

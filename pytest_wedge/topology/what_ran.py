@@ -10,13 +10,20 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_wedge.routers.adapters import RouterMetrics, adapter
 from pytest_wedge.routers.envs import IsolatedEnv, env_path, ready_env
 from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
+from pytest_wedge.runtime.binaries import package_version
+from pytest_wedge.spec.component import STUB_MODULE
+
+if TYPE_CHECKING:  # the session header reads describe_kind: no HTTP client at plugin load
+    from pytest_wedge.runtime.interface import Runtime
+    from pytest_wedge.spec.topology import ComponentSpec, Executables, TopologySpec
+    from pytest_wedge.topology.toxiproxy import ToxiproxyClient
 
 
 def router_metric_names(router: RouterSpec) -> RouterMetrics:
@@ -29,7 +36,6 @@ PUBLIC_ONLY = (
     "only its public endpoints are known (no ledger, no control API), so the locator "
     "had no worker ledger of it"
 )
-STUB_MODULE = "pytest_wedge.stubs"
 
 
 @dataclass(frozen=True)
@@ -47,69 +53,18 @@ class ComponentDescription:
         return dataclasses.asdict(self)
 
 
-class _Component(Protocol):
-    @property
-    def argv(self) -> tuple[str, ...]: ...
-    @property
-    def foreign(self) -> bool: ...
-
-
-class _Stub(Protocol):
-    @property
-    def ledger(self) -> bool: ...
-    @property
-    def protocol(self) -> str: ...
-
-
-class _Spec(Protocol):
-    @property
-    def router(self) -> RouterSpec: ...
-    @property
-    def worker_protocol(self) -> str: ...
-    @property
-    def stub(self) -> _Stub: ...
-    @property
-    def prefill_names(self) -> list[str]: ...
-    @property
-    def decode_names(self) -> list[str]: ...
-    @property
-    def foreign_workers(self) -> list[str]: ...
-    @property
-    def url_workers(self) -> list[str]: ...
-
-
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-class _Executables(Protocol):
-    @property
-    def toxiproxy(self) -> str: ...
-
-
-class _Toxiproxy(Protocol):
-    def version(self) -> str: ...
-
-
 class DescribedTopology(Protocol):
-    @property
-    def spec(self) -> _Spec: ...
-    @property
-    def components(self) -> Mapping[str, _Component]: ...
-    @property
-    def runtime(self) -> _Named: ...
-    @property
-    def exe(self) -> _Executables: ...
-    @property
-    def toxiproxy(self) -> _Toxiproxy: ...
+    """What a description reads of a running topology (``Topology`` has it)."""
+
+    spec: TopologySpec
+    components: dict[str, ComponentSpec]
+    runtime: Runtime
+    exe: Executables
+    toxiproxy: ToxiproxyClient
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "(version unknown)"
+    return package_version(package) or "(version unknown)"
 
 
 def env_version(env: IsolatedEnv) -> str | None:
@@ -160,7 +115,11 @@ def describe_router(
 
 
 def describe_worker(
-    name: str, argv: Sequence[str], spec: _Spec, runtime: str = "process", foreign: bool = False
+    name: str,
+    argv: Sequence[str],
+    spec: TopologySpec,
+    runtime: str = "process",
+    foreign: bool = False,
 ) -> ComponentDescription:
     """A worker: a stub of either protocol (with or without its ledger), or a user's command
     (``foreign``: even one that launches our stub is known only by its public endpoints)."""
@@ -257,7 +216,7 @@ def unproxied(router: RouterSpec, stub_protocol: str | None = None) -> list[str]
     return lines
 
 
-def unproxied_workers(spec: _Spec) -> list[str]:
+def unproxied_workers(spec: TopologySpec) -> list[str]:
     """Traffic of command and url workers that a link carries only if they are told so."""
     lines = []
     decodes = [name for name in spec.foreign_workers if name.startswith("decode-")]
@@ -279,7 +238,7 @@ def unproxied_workers(spec: _Spec) -> list[str]:
     return lines
 
 
-def not_proxied(spec: _Spec) -> list[str]:
+def not_proxied(spec: TopologySpec) -> list[str]:
     """Everything of this topology that no link carries: the router's, then the workers'."""
     return [*unproxied(spec.router, spec.stub.protocol), *unproxied_workers(spec)]
 

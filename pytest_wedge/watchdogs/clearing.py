@@ -1,11 +1,8 @@
 """``expect_cleared``: does a watchdog end a wedge within its budget, with nothing lost?
 
-Time to clear runs from the wedge's onset to the moment every overdue request of the origin has
-a final state and, when recovery is required, a new request of that origin succeeds. The onset
-is when the wedge could first hold a request of the origin: the first fault applied inside the
-block (else the block's start), or the first request of the origin sent inside the block, if
-that came later. The budget is the watchdog's, so the time a loaded client takes to put its
-first request on the network is no part of it, just as the overdue clock starts at ``sent``.
+The clock runs from the onset (the later of the first fault in the block and the first request
+of the origin sent in it) until every overdue request is final and, with recovery required, a
+new request succeeds. A loaded client's delay before sending is no part of the budget.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.errors import WedgeError
 from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
-from pytest_wedge.watchdogs.watchdog import Watchdog, watchdog_report
+from pytest_wedge.watchdogs.watchdog import Watchdog, armed, watchdog_report
 
 if TYPE_CHECKING:
     from pytest_wedge.faults.fault import FaultSet
@@ -139,18 +136,11 @@ def expect_cleared(
     poll_s: float = 0.02,
 ) -> Iterator[ClearCheck]:
     """Arm ``watchdogs``, run the block (which starts the wedge), then wait at most
-    ``within_s`` from the onset for the wedge to clear; raise NotClearedError otherwise.
-
-    ``require_recovery=False`` accepts a watchdog that only *bounds* stuck requests (smg's
-    request timeout ends a half-open stream, but new requests stall again while the fault
-    stays): then clearing means every overdue request reached a final state.
+    ``within_s`` from the onset for it to clear; raise NotClearedError otherwise.
+    ``require_recovery=False`` accepts a watchdog that only *bounds* stuck requests.
     """
     check = ClearCheck(origin, within_s, watchdogs)
-    armed: list[Watchdog] = []
-    try:
-        for dog in watchdogs:
-            dog.arm(wedge)
-            armed.append(dog)
+    with armed(wedge, watchdogs):
         wedge.watchdogs.extend(watchdogs)
         entered = time.time()
         yield check
@@ -186,10 +176,6 @@ def expect_cleared(
         elapsed = check.time_to_clear_s
         if elapsed is None or elapsed > within_s:
             raise _not_cleared(wedge, check, overdue_after_s)
-    finally:
-        for dog in armed:
-            with contextlib.suppress(Exception):
-                dog.disarm(wedge)
 
 
 def _not_cleared(wedge: ClearScene, check: ClearCheck, overdue_after_s: float) -> NotClearedError:

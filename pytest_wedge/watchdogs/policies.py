@@ -1,8 +1,5 @@
-"""Reference watchdog policies: user watchdogs that diagnose or read metrics, then act.
-
-They are ``CallableWatchdog`` checks built from the public pieces (``diagnose``, faults, the
-topology), the way a user would write their own; the watchdog kinds themselves
-(``watchdog.py``) know nothing of diagnostics or faults.
+"""Reference watchdog policies: ``CallableWatchdog`` checks built from public pieces
+(``diagnose``, faults, the topology), as a user would write their own.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ WINDOW_S = 10.0
 
 
 def _wedged_now(scene: ActiveScene, origin: str, overdue_after_s: float) -> bool:
-    """Whether any ``origin`` request is wedged by the blind locator's own rule (overdue on
-    the sent clock, or failed in the window), read from the client ledger alone. The
-    locator answers ``none`` without one, so a check can skip the servers' reads."""
+    """Whether the blind locator's own rule finds an ``origin`` request wedged, from the
+    client ledger alone: without one it answers ``none``, so a check skips the servers."""
     records = [cast(ClientRecord, r.to_dict()) for r in scene.ledger.by_origin(origin)]
     return bool(wedged(records, time.time(), overdue_after_s, WINDOW_S, None).wedged)
 
@@ -36,13 +32,9 @@ def _wedged_now(scene: ActiveScene, origin: str, overdue_after_s: float) -> bool
 def co_restart_on_transfer_wedge(
     origin: str = "harness", overdue_after_s: float = 1.0
 ) -> Callable[[ActiveScene], str | None]:
-    """The reference user watchdog: when the diagnosis says a decode->prefill transfer is
-    wedged, co-restart that PD pair (the operating rule of incident 2).
-
-    It polls, so each check must be cheap: it reads the servers only once the client ledger
-    shows a wedged request, and then locates blind, without the oracle (whose ledger, state
-    and toxic reads cost several times more and change no location). A check that takes
-    seconds on a loaded machine fires late and misses the clearing budget.
+    """The reference user watchdog: co-restart the PD pair whose decode->prefill transfer the
+    diagnosis says is wedged (incident 2). It polls, so it reads the servers only once the
+    client ledger shows a wedge, and locates without the oracle: a slow check fires late.
     """
 
     def check(scene: ActiveScene) -> str | None:
@@ -63,11 +55,8 @@ def co_restart_on_transfer_wedge(
 def CoRestartWatchdog(
     origin: str = "harness", overdue_after_s: float = 1.0, interval_s: float = 0.2
 ) -> CallableWatchdog:
-    return CallableWatchdog(
-        co_restart_on_transfer_wedge(origin, overdue_after_s),
-        interval_s,
-        label="co-restart PD pair on transfer wedge",
-    )
+    check = co_restart_on_transfer_wedge(origin, overdue_after_s)
+    return CallableWatchdog(check, interval_s, label="co-restart PD pair on transfer wedge")
 
 
 def aggregate_throughput_check(
@@ -104,11 +93,8 @@ def aggregate_throughput_check(
 def AggregateThroughputWatchdog(
     target: str = "decode-0", idle_s: float = 1.0, interval_s: float = 0.2
 ) -> CallableWatchdog:
-    return CallableWatchdog(
-        aggregate_throughput_check(target, idle_s),
-        interval_s,
-        label=f"restart router when {target} tok/s == 0",
-    )
+    label = f"restart router when {target} tok/s == 0"
+    return CallableWatchdog(aggregate_throughput_check(target, idle_s), interval_s, label=label)
 
 
 def no_progress_check(
@@ -141,8 +127,5 @@ def no_progress_check(
 def NoProgressWatchdog(
     origin: str = "harness", idle_s: float = 2.0, interval_s: float = 0.2
 ) -> CallableWatchdog:
-    return CallableWatchdog(
-        no_progress_check(origin, idle_s),
-        interval_s,
-        label=f"no progress for {idle_s:g} s ({origin})",
-    )
+    label = f"no progress for {idle_s:g} s ({origin})"
+    return CallableWatchdog(no_progress_check(origin, idle_s), interval_s, label=label)

@@ -1,11 +1,8 @@
-"""``expect_quiet``: the other half of validating a watchdog — it must leave healthy work alone.
+"""``expect_quiet``: a watchdog must also leave healthy work alone.
 
-A timeout tightened to clear a wedge can start cutting long, healthy work in production: smg's
-``--request-timeout-secs`` is a hard cap on every upstream call, so it also ends a healthy
-stream that is simply longer than N (router-protocol.md §4), and an engine deadline measured
-from a request's creation fails healthy requests while a deep queue drains slowly. The check
-runs *healthy* load at the edge of the budget with the watchdogs armed, and fails when any of
-them fires, or any healthy request of the origin is cut, errors, or is retried by the router.
+A timeout tightened to clear a wedge can cut long healthy work: smg's
+``--request-timeout-secs`` caps every upstream call (router-protocol.md §4). The check runs
+healthy load at the budget's edge and fails if a watchdog fires or a request is cut or retried.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from pytest_wedge.load.client_ledger import RequestRecord
 from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.views import Scene
 from pytest_wedge.waiting import poll
-from pytest_wedge.watchdogs.watchdog import Watchdog, watchdog_report
+from pytest_wedge.watchdogs.watchdog import Watchdog, armed, watchdog_report
 
 # smg counts a retried upstream call here; a healthy request must never be retried.
 ROUTER_RETRIES = "smg_worker_retries_total"
@@ -123,11 +120,7 @@ def expect_quiet(
     watchdog fired, or a request of the origin sent in the block ended other than ``ok``, or
     the router retried any call."""
     check = QuietCheck(origin, within_s, watchdogs)
-    armed: list[Watchdog] = []
-    try:
-        for dog in watchdogs:
-            dog.arm(scene)
-            armed.append(dog)
+    with armed(scene, watchdogs):
         retries_before = _router_retries(scene)
         check.started = time.time()
         yield check
@@ -147,7 +140,3 @@ def expect_quiet(
         check.watchdog_rows = watchdog_report(scene, watchdogs)
         if check.fired or check.harmed or check.router_retries or not check.finished:
             raise _verdict(check, watchdogs)
-    finally:
-        for dog in armed:
-            with contextlib.suppress(Exception):
-                dog.disarm(scene)

@@ -1,18 +1,15 @@
-"""Watchdog kinds: the router's timeouts, the stubs' engine watchdogs, and a user's own.
-
-Three kinds are supported: the router's own timeouts (flags passed as ``router_args``), engine
-watchdogs in the stubs (in-flight pin, transfer timeout), and a user's own (a Python callable
-or an external command). Each reports whether and when it fired, so a report can say plainly
-which watchdogs were armed and did not fire.
+"""Watchdog kinds: the router's timeouts (``router_args``), the stubs' engine watchdogs, and a
+user's own (a callable or a command). Each reports whether and when it fired.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -258,3 +255,18 @@ def watchdog_report(scene: Scene, watchdogs: Sequence[Watchdog]) -> list[dict[st
             }
         )
     return rows
+
+
+@contextlib.contextmanager
+def armed(scene: Scene, watchdogs: Sequence[Watchdog]) -> Iterator[None]:
+    """Arm ``watchdogs`` for the block; disarm those that armed, whatever happens."""
+    done: list[Watchdog] = []
+    try:
+        for dog in watchdogs:
+            dog.arm(scene)
+            done.append(dog)
+        yield
+    finally:
+        for dog in done:
+            with contextlib.suppress(Exception):
+                dog.disarm(scene)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.load import Aborter, ClientLedger, Harness, StrayRequester
-from pytest_wedge.load import stray as stray_module
+from pytest_wedge.load import background as background_module
 
 
 def _server_module() -> ModuleType:
@@ -229,7 +229,7 @@ def _stray_on_virtual_time(
         record.finish("ok")
 
     monkeypatch.setattr(asyncio.events, "new_event_loop", new_event_loop)
-    monkeypatch.setattr(stray_module, "send_chat", answer)
+    monkeypatch.setattr(background_module, "send_chat", answer)
     stray = StrayRequester("http://127.0.0.1:9", **options).start()
     assert stray.wait(10) and len(loops) == 1
     return stray, sent_at

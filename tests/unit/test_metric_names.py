@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytest_wedge.evidence.metric_names import SGLANG, VLLM, VLLM_MISSING, vocabulary
 from pytest_wedge.evidence.parse import parse_engine_metrics
-from pytest_wedge.stubs import exposition, vllm_metrics
+from pytest_wedge.stubs import exposition
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.worker_ledger import Entry
@@ -40,7 +40,7 @@ def busy_decode(protocol: str) -> Engine:
 
 
 def vllm_metrics_text(eng: Engine) -> str:
-    return exposition.render(vllm_metrics.make_registry(eng)).decode()
+    return exposition.render(exposition.make_registry(eng)).decode()
 
 
 def test_both_engines_read_as_the_same_canonical_quantities() -> None:

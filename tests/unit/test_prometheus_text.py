@@ -6,7 +6,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_wedge.metrics_text import metric_value, parse_samples, samples
-from pytest_wedge.stubs import vllm_metrics
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.exposition import make_registry, render
@@ -53,11 +52,11 @@ def same(
 
 def engine_texts() -> list[str]:
     texts = []
-    for protocol, registry_of in (("sglang", make_registry), ("vllm", vllm_metrics.make_registry)):
+    for protocol in ("sglang", "vllm"):
         for role in ("prefill", "decode"):
             engine = Engine(StubConfig(role=role, port=1, model="m", protocol=protocol))
             engine.counters.generation_tokens = 42
-            texts.append(render(registry_of(engine)).decode())
+            texts.append(render(make_registry(engine)).decode())
     return texts
 
 

@@ -1,24 +1,19 @@
 """The stubs serve ``/metrics`` from prepared text: it must stay byte for byte what
-prometheus-client's ``generate_latest`` makes of the collectors, in every engine state."""
+prometheus-client's ``generate_latest`` makes of the same families, in every engine state."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 
-from pytest_wedge.stubs import exposition, vllm_metrics
+from pytest_wedge.stubs import exposition
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine_state import Engine
 from pytest_wedge.stubs.textgen import parse_request
 
-PROTOCOLS: dict[
-    str, tuple[Callable[[Engine], CollectorRegistry], Callable[[Engine], exposition.Exposition]]
-] = {
-    "sglang": (exposition.make_registry, exposition.exposition),
-    "vllm": (vllm_metrics.make_registry, vllm_metrics.exposition),
-}
+PROTOCOLS = ("sglang", "vllm")
 MODELS = ("stub-model", 'a"b\\c', "multi\nline {braces} %s ölçü")
 
 
@@ -60,7 +55,7 @@ def state(request: pytest.FixtureRequest) -> Callable[[Engine], None]:
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("role", ["prefill", "decode"])
-@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_served_text_is_generate_latest_byte_for_byte(
     protocol: str,
     role: str,
@@ -75,8 +70,7 @@ def test_the_served_text_is_generate_latest_byte_for_byte(
     )
     # The rate moves with the clock: fixed, so both renderings read the same value.
     monkeypatch.setattr(engine.throughput, "rate", lambda now=None: 2.0 / 3.0)
-    registry_of, fast_of = PROTOCOLS[protocol]
-    fast, registry = fast_of(engine), registry_of(engine)
+    fast, registry = exposition.Exposition(engine), exposition.make_registry(engine)
     state(engine)
     expected = generate_latest(registry)
     assert fast.render() == expected
@@ -91,7 +85,7 @@ def test_the_busy_state_reaches_fractional_and_nonzero_values(
     engine = Engine(StubConfig(role="decode", port=1, max_total_tokens=1000, max_running=3))
     monkeypatch.setattr(engine.throughput, "rate", lambda now=None: 2.0 / 3.0)
     busy(engine)
-    text = exposition.exposition(engine).render().decode()
+    text = exposition.Exposition(engine).render().decode()
     for sample in ("sglang:token_usage", "sglang:gen_throughput", "sglang:utilization"):
         value = next(line for line in text.splitlines() if line.startswith(sample)).split()[-1]
         assert not float(value).is_integer(), (sample, value)
@@ -101,5 +95,5 @@ def test_the_busy_state_reaches_fractional_and_nonzero_values(
 
 def test_label_values_are_escaped_as_the_text_format_wants() -> None:
     engine = Engine(StubConfig(role="decode", port=1, model='a"b\\c\nd'))
-    text = vllm_metrics.exposition(engine).render().decode()
+    text = exposition.Exposition(engine).render().decode()
     assert 'model_name="a\\"b\\\\c\\nd"' in text
