@@ -1,12 +1,7 @@
-"""The topology as pure data: components, links and the port plan. No I/O happens here.
-
-A topology is one router, N prefill workers and M decode workers. Every hop between them is a
-*link*: one Toxiproxy proxy. Components are always pointed at the listen side of their links,
-never at a peer's real port, so any hop can be faulted.
-
-Link listen ports are chosen by Toxiproxy (port 0, race-free), so component command lines are
-rendered in a second step, once those ports are known: ``plan_links`` -> create proxies ->
-``render_components``.
+"""The topology as pure data: one router, N prefills, M decodes, and a *link* (a Toxiproxy
+proxy) on every hop between them. Components are pointed at their links' listen sides, never at
+a peer's real port, so any hop can be faulted; those ports are Toxiproxy's choice, so command
+lines are rendered once they are known (``render_components``).
 """
 
 from __future__ import annotations
@@ -43,16 +38,12 @@ class StubOptions:
     inflight_pin_watchdog_s: float = 0.0
     transfer_timeout_s: float = 0.0
     bootstrap_timeout_s: float = 300.0
-    # Decode admission (stubs/admission.py): preallocation slots (0: twice max_running, as
-    # SGLang sizes its pre-allocation pool) and what a failed KV transfer does to its slot.
-    prealloc_slots: int = 0
+    prealloc_slots: int = 0  # 0: twice max_running, as SGLang sizes its pre-allocation pool
     slot_on_transfer_failure: str = "released"  # or released_after_timeout, leaked
     prealloc_hold: str = "transfer"  # or "request": the slot is held through generation
     bootstrap_no_progress_s: float = 0.0  # a no-progress bootstrap deadline on prefill (0: off)
-    # The engine the stubs impersonate: "sglang" (bootstrap rooms) or "vllm" (kv_transfer_params).
-    protocol: str = "sglang"
-    # False: the stubs run without their ledger and control API, so the plugin knows only
-    # their public endpoints (as with a foreign worker); engine faults are then unavailable.
+    protocol: str = "sglang"  # or "vllm" (kv_transfer_params rather than bootstrap rooms)
+    # False: no ledger and control API, so only public endpoints and no engine faults.
     ledger: bool = True
     extra_args: tuple[str, ...] = ()
 
@@ -68,7 +59,6 @@ class StubOptions:
         """Every engine field as ``--field-name VALUE``, in the order they are declared."""
         names = [f.name for f in fields(self) if f.name not in _NOT_FLAGS]
         args = [str(a) for name in names for a in (_flag(name), getattr(self, name))]
-        # Only when not the default: the default command lines (and compose) stay as they are.
         if self.protocol != "sglang":
             args += ["--protocol", self.protocol]
         return [*args, *([] if self.ledger else [LEDGERLESS_FLAG]), *self.extra_args]
@@ -90,15 +80,10 @@ class TopologySpec:
     router_args: tuple[str, ...] = ()
     stub: StubOptions = field(default_factory=StubOptions)
     router: RouterSpec = field(default_factory=RouterSpec)
-    # The workers' personality: "vllm" launches the stubs with ``--protocol vllm``, "sglang"
-    # with the stubs' default. "auto" (default): the router's own protocol, so vllm-router
-    # (also by ``--wedge-router``) gets vLLM-protocol stubs. Read back, it is always resolved.
+    # "auto": the router's own protocol (vllm-router gets vLLM stubs); read back, resolved.
     worker_protocol: str = AUTO_PROTOCOL
-    # Set when the protocol was left to the router: it follows the router through
-    # ``dataclasses.replace(spec, router=...)``; a replaced stub protocol ends that. Not part
-    # of equality (the resolved protocol is).
+    # Left to the router: a ``replace(spec, router=...)`` follows it; not part of equality.
     protocol_follows_router: bool = field(default=False, compare=False, repr=False)
-    # How each role's workers start: our stub (default) or a user's command (workers.py).
     prefill_worker: WorkerSpec = field(default_factory=WorkerSpec)
     decode_worker: WorkerSpec = field(default_factory=WorkerSpec)
 
@@ -205,8 +190,7 @@ class PortPlan:
 
 @dataclass(frozen=True)
 class Executables:
-    """Where the programs live. Docker images keep the host's absolute paths, so one set of
-    command lines serves both runtimes."""
+    """Where the programs live (docker images keep the host's paths, so both runtimes agree)."""
 
     python: str
     smg: str
@@ -215,67 +199,47 @@ class Executables:
 
 
 def render_components(
-    spec: TopologySpec,
-    ports: PortPlan,
-    listen: dict[str, int],
-    exe: Executables,
+    spec: TopologySpec, ports: PortPlan, listen: dict[str, int], exe: Executables
 ) -> list[ComponentSpec]:
-    """Command lines for the router and the stubs, pointed at their links' listen ports.
+    """Command lines for the managed workers and the router, pointed at their links' listen
+    ports (``listen``: link name -> the port Toxiproxy gave its proxy)."""
+    components = [
+        _worker_component(spec, name, ports, listen, exe)
+        for name in [*spec.prefill_names, *spec.decode_names]
+        if spec.worker(name).managed
+    ]
+    router = _router_component(spec, ports, listen, exe)
+    return components if router is None else [*components, router]
 
-    ``listen`` maps link names to the port Toxiproxy gave each proxy.
-    """
-    components: list[ComponentSpec] = []
-    for p in spec.prefill_names if spec.prefill_worker.managed else []:
-        components.append(
-            ComponentSpec(
-                name=p,
-                role="prefill",
-                argv=worker_argv(
-                    spec.prefill_worker,
-                    _stub_command(spec, exe, p, ports, "--bootstrap-port", str(ports.bootstrap[p])),
-                    _worker_values(spec, p, ports, ports.bootstrap[p], (), exe),
-                ),
-                ready_url=f"http://{LOOPBACK}:{ports.http[p]}{spec.prefill_worker.ready_path}",
-                ports=worker_ports(p, ports),
-                foreign=spec.prefill_worker.foreign,
-            )
-        )
-    for d in spec.decode_names if spec.decode_worker.managed else []:
+
+def _worker_component(
+    spec: TopologySpec, name: str, ports: PortPlan, listen: dict[str, int], exe: Executables
+) -> ComponentSpec:
+    worker, role, port = spec.worker(name), name.split("-")[0], ports.http[name]
+    bootstrap = ports.bootstrap.get(name)
+    kv_listen: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ("--bootstrap-port", str(bootstrap)) if bootstrap else ()
+    if role == "decode":
         # smg hands every decode the same bootstrap address for a prefill; each decode maps it
         # onto its own link so one pair's KV transfer can be cut and the others' left alone.
-        routes: list[str] = []
-        kv_listen = tuple(f"{LOOPBACK}:{listen[f'{d}->{p}']}" for p in spec.prefill_names)
-        for p in spec.prefill_names:
-            routes += [
-                "--bootstrap-route",
-                f"{LOOPBACK}:{ports.bootstrap[p]}={LOOPBACK}:{listen[f'{d}->{p}']}",
-            ]
-        components.append(
-            ComponentSpec(
-                name=d,
-                role="decode",
-                argv=worker_argv(
-                    spec.decode_worker,
-                    _stub_command(spec, exe, d, ports, *routes),
-                    _worker_values(spec, d, ports, None, kv_listen, exe),
-                ),
-                ready_url=f"http://{LOOPBACK}:{ports.http[d]}{spec.decode_worker.ready_path}",
-                ports=worker_ports(d, ports),
-                foreign=spec.decode_worker.foreign,
-            )
-        )
-    router = _router_component(spec, ports, listen, exe)
-    if router is not None:
-        components.append(router)
-    return components
-
-
-def _stub_command(
-    spec: TopologySpec, exe: Executables, name: str, ports: PortPlan, *extra: str
-) -> tuple[str, ...]:
-    role = name.split("-")[0]
-    head = (exe.python, "-m", "pytest_wedge.stubs", "--role", role, "--name", name)
-    return (*head, "--host", LOOPBACK, "--port", str(ports.http[name]), *extra, *spec.stub.argv())
+        kv_listen = tuple(f"{LOOPBACK}:{listen[f'{name}->{p}']}" for p in spec.prefill_names)
+        for p, kv in zip(spec.prefill_names, kv_listen, strict=True):
+            extra += ("--bootstrap-route", f"{LOOPBACK}:{ports.bootstrap[p]}={kv}")
+    stub_args = tuple(spec.stub.argv())
+    stub = (exe.python, "-m", "pytest_wedge.stubs", "--role", role, "--name", name)
+    stub += ("--host", LOOPBACK, "--port", str(port), *extra, *stub_args)
+    prefill_bootstraps = tuple(ports.bootstrap[p] for p in spec.prefill_names)
+    values = WorkerValues(
+        LOOPBACK, port, name, role, bootstrap, prefill_bootstraps, kv_listen, exe.python, stub_args
+    )
+    return ComponentSpec(
+        name=name,
+        role=role,
+        argv=worker_argv(worker, stub, values),
+        ready_url=f"http://{LOOPBACK}:{port}{worker.ready_path}",
+        ports=worker_ports(name, ports),
+        foreign=worker.foreign,
+    )
 
 
 def worker_ports(name: str, ports: PortPlan) -> tuple[int, ...]:
@@ -285,34 +249,9 @@ def worker_ports(name: str, ports: PortPlan) -> tuple[int, ...]:
 
 def stub_ports(spec: TopologySpec, ports: PortPlan) -> list[int]:
     """Every port that a stub worker of ``spec`` (not a user's command) listens on."""
-    stubs = [
-        n
-        for n in [*spec.prefill_names, *spec.decode_names]
-        if spec.worker(n).managed and not spec.worker(n).foreign
-    ]
+    names = [*spec.prefill_names, *spec.decode_names]
+    stubs = [n for n in names if spec.worker(n).managed and not spec.worker(n).foreign]
     return [port for name in stubs for port in worker_ports(name, ports)]
-
-
-def _worker_values(
-    spec: TopologySpec,
-    name: str,
-    ports: PortPlan,
-    bootstrap: int | None,
-    kv_listen: tuple[str, ...],
-    exe: Executables,
-) -> WorkerValues:
-    """A command worker's placeholder values: its ports and its links' listen sides."""
-    return WorkerValues(
-        LOOPBACK,
-        ports.http[name],
-        name,
-        name.split("-")[0],
-        bootstrap,
-        tuple(ports.bootstrap[p] for p in spec.prefill_names),
-        kv_listen,
-        exe.python,
-        tuple(spec.stub.argv()),
-    )
 
 
 def _router_component(

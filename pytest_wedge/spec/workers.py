@@ -1,8 +1,6 @@
-"""How a worker starts: ``WorkerSpec``, pure data, one per role (``prefill_worker=``, ``decode_worker=``).
-
-``stub`` (default) is our stub; ``command`` a user's template (``routers/template.py``),
-started, paused and killed by PID but known only by its public endpoints, so engine faults are
-refused; ``url`` already runs, and component faults are refused too.
+"""How a role's workers start (``WorkerSpec``): our ``stub`` (default); a user's ``command``
+template, run by PID but known only by its public endpoints (no engine faults); or ``url``
+workers already running (no component faults either).
 """
 
 from __future__ import annotations
@@ -17,14 +15,12 @@ from pytest_wedge.routers.template import (
     WorkerValues,
     check_template,
     render_worker_template,
-    split_template,
 )
-from pytest_wedge.spec.component import check_fields
+from pytest_wedge.spec.component import spec_from
 
 WORKER_KINDS = ("stub", "command", "url")
 URL_PREFIX = "http://127.0.0.1:"
-# Runtimes that can start a command worker: the docker runtime runs each component from the
-# offline image, and a user's command would need its programs copied in (not built).
+# The docker runtime's offline image holds no user's programs.
 COMMAND_RUNTIMES = ("process",)
 
 
@@ -33,14 +29,12 @@ class WorkerSpec:
     """How one role's workers start. ``WorkerSpec()`` is our stub."""
 
     kind: str = "stub"
-    command: tuple[str, ...] = ()  # command: argv template (placeholders: routers/template.py)
-    ready_path: str = "/health"  # ready once this answers 200 on the worker's port
-    # url: the running workers of this role, one URL each, in order (prefill-0, prefill-1, ...)
-    urls: tuple[str, ...] = ()
-    # url prefills: each one's real bootstrap port (the router announces it to the decodes).
-    bootstrap_ports: tuple[int, ...] = ()
-    # url decodes: per decode, the port it sends each prefill's KV to. The decode-j->prefill-i
-    # proxies listen there. Empty: the decodes' KV path is not proxied.
+    command: tuple[str, ...] = ()  # an argv template (placeholders: routers/template.py)
+    ready_path: str = "/health"
+    urls: tuple[str, ...] = ()  # url: one per worker, in order
+    bootstrap_ports: tuple[int, ...] = ()  # url prefills: each one's real bootstrap port
+    # url decodes: per decode, the port it sends each prefill's KV to (where the
+    # decode-j->prefill-i proxies listen); empty: their KV path is not proxied.
     kv_listen: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
@@ -137,25 +131,9 @@ def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> Work
         return WorkerSpec()
     if isinstance(value, WorkerSpec):
         return value
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"{role}_worker must be a dict",
-            facts={"got": repr(value)},
-            fix=f"write {role}_worker={{'kind': 'command', 'command': [...]}}",
-        )
-    check_fields(
-        WorkerSpec, value, f"{role}_worker setting(s)", "pytest_wedge.spec.workers.WorkerSpec"
-    )
-    values = dict(value)
-    if "command" in values:
-        values["command"] = split_template(values["command"])
-    if "urls" in values:
-        values["urls"] = tuple(values["urls"])
-    if "bootstrap_ports" in values:
-        values["bootstrap_ports"] = tuple(int(p) for p in values["bootstrap_ports"])
-    if "kv_listen" in values:
-        values["kv_listen"] = tuple(tuple(int(p) for p in ports) for ports in values["kv_listen"])
-    return WorkerSpec(**values)
+    fix = f"write {role}_worker={{'kind': 'command', 'command': [...]}}"
+    spec: WorkerSpec = spec_from(WorkerSpec, value, f"{role}_worker", f"{role}_worker must be a dict", fix)
+    return spec
 
 
 def check_runtime(workers: Sequence[WorkerSpec], runtime: str) -> None:
