@@ -13,7 +13,7 @@ export WEDGE_DOCKER_DIR
 .PHONY: install system-deps scenarios matrix test unit lint docs bench soak stress docker-up docker-down clean
 
 # Bytecode for the package too: an editable install leaves none, and where
-# PYTHONDONTWRITEBYTECODE is set every stub fork server would compile it again.
+# PYTHONDONTWRITEBYTECODE is set each stub (and the stub fork server) would compile it again.
 install: $(VENV)/.installed $(TOXIPROXY)
 	@$(BIN)/python -m compileall -q pytest_wedge >/dev/null
 

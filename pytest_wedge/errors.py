@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+
+
+def file_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a log file, for an error's ``log_tail`` ("" if unreadable)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 class WedgeError(Exception):
-    """Base error. Its text is meant to be read in a CI log by someone who did not write the test.
-
-    Every error carries the object it is about (``facts``) and says how to fix it, in the spirit
-    of mirakuru and pytest-postgresql: name what was checked, what was found, and what to do.
-    """
+    """Base error, read in a CI log by someone who did not write the test: what was checked,
+    what was found (``facts``) and what to do (``fix``)."""
 
     def __init__(
         self,

@@ -1,10 +1,7 @@
-"""Reading Prometheus text (router, engines, Toxiproxy).
-
-The probe reads the router's and the engines' metrics once a second and a watchdog may poll
-them as often, so the common line shape (``name{label="value",...} value [timestamp]``) is read
-by one regular expression here: prometheus-client's parser walks each line a character at a
-time and cost about 90 % of the probe's CPU. Any line that shape does not cover exactly
-(odd spacing, exotic escapes) goes to prometheus-client's parser, so both always agree.
+"""Reading Prometheus text (router, engines, Toxiproxy). The probe's once-a-second sample and
+the watchdogs' polls read it often, so the common line shape is matched by one regular
+expression rather than prometheus-client's character-at-a-time parser; any line it does not
+cover exactly (odd spacing, exotic escapes) goes to that parser, so both always agree.
 """
 
 from __future__ import annotations
@@ -62,10 +59,8 @@ def parse_samples(text: str, names: tuple[str, ...] | None = None) -> list[Sampl
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples called ``name`` whose labels include ``labels`` (0 when absent).
-
-    Counters that never fired are absent from smg's output, so absent means zero here.
-    """
+    """Sum of the samples called ``name`` whose labels include ``labels``; 0 when absent, as
+    smg leaves out counters that never fired."""
     return sum(
         value
         for sample, found, value in parse_samples(text, (name,))

@@ -1,10 +1,5 @@
-"""The one polling loop of the package: a predicate, one deadline, one interval.
-
-``poll`` is the primitive; ``wait_for`` (a test waiting for a condition), ``observe`` (sampling
-over a window), the runtime's readiness wait and ``expect_cleared`` are all built on it, so
-they agree on what a deadline means: the predicate always runs at least once, and a poll that
-times out has run it once more at the deadline itself, never giving up on a look taken
-before the deadline.
+"""The one polling loop of the package (a predicate, one deadline, one interval), so every wait
+agrees on what a deadline means: the predicate runs at least once, and once more at the deadline.
 """
 
 from __future__ import annotations
@@ -50,14 +45,9 @@ def poll(
     clock: Clock = MONOTONIC,
     first_interval_s: float | None = None,
 ) -> Polled[T]:
-    """Run ``predicate`` every ``interval_s`` until it returns something truthy or
-    ``timeout_s`` has passed; exceptions from ``predicate`` propagate at once.
-    ``first_interval_s``: the first pause, doubled after each check up to ``interval_s`` (a
-    condition that usually holds within milliseconds is seen within a few of holding).
-
-    A timed-out poll's last check started at or after the deadline: a condition that holds by
-    then is seen, however long earlier checks took. Sleeps never overshoot the deadline.
-    """
+    """Run ``predicate`` every ``interval_s`` until it returns something truthy or ``timeout_s``
+    has passed (its exceptions propagate). ``first_interval_s``: the first pause, doubled up to
+    ``interval_s``. The last check starts at or after the deadline; no sleep overshoots it."""
     started = clock.now()
     deadline = started + timeout_s
     checks = 0
@@ -87,11 +77,8 @@ def wait_for(
     describe: Callable[[], str] | None = None,
     clock: Clock = MONOTONIC,
 ) -> T:
-    """Poll ``condition`` until it returns something truthy; return that value.
-
-    On timeout, raise :class:`WaitTimeout` naming ``what`` was awaited and, if given, the
-    state ``describe()`` reports at that moment.
-    """
+    """Poll ``condition`` until it returns something truthy, and return that; on timeout raise
+    :class:`WaitTimeout` naming ``what`` and the state ``describe()`` reports."""
     polled = poll(condition, timeout_s=timeout_s, interval_s=interval_s, clock=clock)
     if polled.met:
         return polled.value

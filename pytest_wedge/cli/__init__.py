@@ -1,8 +1,4 @@
-"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up``, ``doctor`` and ``reference``.
-
-Everything a pip user needs outside pytest: getting the one non-Python program (Toxiproxy),
-bringing a topology up by hand, and seeing what this environment has.
-"""
+"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up``, ``doctor`` and ``reference``."""
 
 from __future__ import annotations
 

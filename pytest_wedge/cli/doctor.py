@@ -1,10 +1,6 @@
-"""``pytest-wedge doctor``: which programs and runtimes this environment has, and why not.
-
-Each check is one line: ``ok``, ``--`` (optional and missing: only some features need it) or
-``!!`` (missing and needed for the process runtime), the version and path found, or the
-reason and the fix. Each router kind gets a line (``--router`` names the one in use, as
-``--wedge-router`` does); a pinned kind's cached venv is only looked at, never made. The exit
-code is 0 when the process runtime can run.
+"""``pytest-wedge doctor``: one line per program and runtime, ``ok``, ``--`` (optional, missing)
+or ``!!`` (needed by the process runtime), with what was found or the fix. A router venv is
+only looked at, never made; the exit code is 0 when the process runtime can run.
 """
 
 from __future__ import annotations
@@ -64,32 +60,25 @@ def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
         return Check("toxiproxy", "!!", f"{exc.headline} ({facts}). To fix this: {exc.fix}")
     version = binary_version(found.path)
     detail = f"{version or '(no version reported)'} {found.path} (found in {found.source})"
-    if version != TOXIPROXY_VERSION:
-        return Check(
-            "toxiproxy",
-            "!!",
-            f"{detail}; pytest-wedge is built against "
-            f"{TOXIPROXY_VERSION}: run `pytest-wedge install-toxiproxy --force`",
-        )
-    return Check("toxiproxy", "ok", detail)
+    if version == TOXIPROXY_VERSION:
+        return Check("toxiproxy", "ok", detail)
+    fix = "run `pytest-wedge install-toxiproxy --force`"
+    return Check(
+        "toxiproxy", "!!", f"{detail}; pytest-wedge is built against {TOXIPROXY_VERSION}: {fix}"
+    )
 
 
-def check_smg(chosen: bool = True) -> Check:
+def check_smg(chosen: bool) -> Check:
     """smg, from this environment. Needed whichever router runs: every bring-up looks for it
     (``topology.running.find_executables``), so its absence is "!!" even then."""
     path = smg_path()
     if path is None:
-        return Check(
-            "smg",
-            "!!",
-            f"not on PATH nor next to {sys.executable}. To fix this: "
-            "pip install 'smg>=1.13,<1.14' into this environment",
-        )
+        fix = "pip install 'smg>=1.13,<1.14' into this environment"
+        return Check("smg", "!!", f"not on PATH nor next to {sys.executable}. To fix this: {fix}")
     version = probe_version([path, "--version"]) or package_version("smg")
     role = "the router" if chosen else "router kind smg"
-    return Check(
-        "smg", "ok", f"{version or '(no version reported)'} {path} ({role}, this environment)"
-    )
+    version = version or "(no version reported)"
+    return Check("smg", "ok", f"{version} {path} ({role}, this environment)")
 
 
 def check_isolated_router(name: str, chosen: bool) -> Check:
@@ -99,21 +88,14 @@ def check_isolated_router(name: str, chosen: bool) -> Check:
     role = "the router" if chosen else f"router kind {name}"
     env = ready_env(kind.package, kind.version)
     if env is None:
-        return Check(
-            name,
-            "--",
-            f"not made yet: its isolated venv "
-            f"{env_path(kind.package, kind.version)} is made on first use ({role}; "
-            f"pip installs {kind.package}=={kind.version}, so the package index must "
-            f"be reachable then), e.g. by `pytest-wedge up --router {name}`",
-        )
+        pip = f"pip installs {kind.package}=={kind.version}, so the package index must be"
+        where = f"its isolated venv {env_path(kind.package, kind.version)} is made on first use"
+        example = f"e.g. by `pytest-wedge up --router {name}`"
+        return Check(name, "--", f"not made yet: {where} ({role}; {pip} reachable then), {example}")
     version = env_version(env) or "(version not found in the venv)"
     pinned = "" if version == kind.version else f", pinned {kind.version}"
-    return Check(
-        name,
-        "ok",
-        f"{version} {env.script(kind.script)} ({role}, isolated venv {env.path}{pinned})",
-    )
+    where = f"{env.script(kind.script)} ({role}, isolated venv {env.path}{pinned})"
+    return Check(name, "ok", f"{version} {where}")
 
 
 def check_routers(chosen: str) -> list[Check]:
@@ -129,16 +111,10 @@ def check_routers(chosen: str) -> list[Check]:
 def check_go() -> Check:
     go = shutil.which("go")
     if go is None:
-        return Check(
-            "go",
-            "--",
-            "not on PATH: install-toxiproxy downloads the release binary instead of building it",
-        )
-    return Check(
-        "go",
-        "ok",
-        f"{probe_version([go, 'version']) or '?'} {go} (install-toxiproxy builds with it)",
-    )
+        why = "install-toxiproxy downloads the release binary instead of building it"
+        return Check("go", "--", f"not on PATH: {why}")
+    version = probe_version([go, "version"]) or "?"
+    return Check("go", "ok", f"{version} {go} (install-toxiproxy builds with it)")
 
 
 def check_docker() -> Check:
@@ -147,12 +123,8 @@ def check_docker() -> Check:
     try:
         import docker
     except ImportError:
-        return Check(
-            "docker",
-            "--",
-            "the Docker SDK for Python is not installed, so the "
-            "docker runtime is off. To fix this: pip install 'pytest-wedge[docker]'",
-        )
+        why = "the Docker SDK for Python is not installed, so the docker runtime is off"
+        return Check("docker", "--", f"{why}. To fix this: pip install 'pytest-wedge[docker]'")
     try:
         client = docker.from_env(timeout=5)
         try:
@@ -162,17 +134,10 @@ def check_docker() -> Check:
     except Exception as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         makefile = Path.cwd() / "Makefile"
-        how = (
-            " (`make docker-up` starts a private one)"
-            if makefile.is_file() and "docker-up" in makefile.read_text(errors="replace")
-            else ""
-        )
-        return Check(
-            "docker",
-            "--",
-            f"no daemon answered at {host}: {reason}. The docker "
-            f"runtime needs a daemon on this machine{how}",
-        )
+        ours = makefile.is_file() and "docker-up" in makefile.read_text(errors="replace")
+        how = " (`make docker-up` starts a private one)" if ours else ""
+        needs = f"The docker runtime needs a daemon on this machine{how}"
+        return Check("docker", "--", f"no daemon answered at {host}: {reason}. {needs}")
     return Check("docker", "ok", f"daemon {version} at {host} (the docker runtime can run)")
 
 

@@ -1,12 +1,6 @@
-"""``pytest-wedge install-toxiproxy``: Toxiproxy v2.12.0 where discovery finds it.
-
-With Go on PATH it is built from its Go module, exactly as the Makefile does (``go install``
-with ``-X ...Version=2.12.0``, so ``/version`` reports the real version). Without Go, the
-release binary for this platform is downloaded and checked against its pinned SHA-256; a
-mismatch leaves nothing behind. The download's base URL and the checksum table can be
-overridden (a mirror, an offline copy), the URL by ``--base-url`` or
-``PYTEST_WEDGE_TOXIPROXY_URL``, the table by ``--checksums FILE`` or
-``PYTEST_WEDGE_TOXIPROXY_CHECKSUMS`` (``sha256sum`` format, like the release's checksums.txt).
+"""``pytest-wedge install-toxiproxy``: Toxiproxy v2.12.0 where discovery finds it, built with
+``go install`` as the Makefile does, else the release binary checked against its pinned SHA-256
+(a mismatch leaves nothing behind; the URL and the table can point at a mirror).
 """
 
 from __future__ import annotations
@@ -103,11 +97,8 @@ def install(
     """Install toxiproxy-server into ``dest``; returns its path. Safe to run again."""
     dest = dest.resolve()  # go install wants an absolute GOBIN; `--dest bin` is relative
     target = dest / BINARY
-    if (
-        not force
-        and target.is_file()
-        and probe_version([str(target), "-version"]) == TOXIPROXY_VERSION
-    ):
+    there = target.is_file() and probe_version([str(target), "-version"]) == TOXIPROXY_VERSION
+    if there and not force:
         say(f"{target} is Toxiproxy {TOXIPROXY_VERSION} already (--force installs it again)")
         return target
     go = shutil.which("go")
@@ -144,23 +135,11 @@ def go_install(go: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gobin-") as gobin:
         flags = f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip()
         env = {**os.environ, "GOBIN": gobin, "GOFLAGS": flags}
-        argv = [
-            go,
-            "install",
-            "-ldflags",
-            f"-X {GO_MODULE}.Version={TOXIPROXY_VERSION}",
-            f"{GO_MODULE}/cmd/server@v{TOXIPROXY_VERSION}",
-        ]
+        ldflags = f"-X {GO_MODULE}.Version={TOXIPROXY_VERSION}"
+        argv = [go, "install", "-ldflags", ldflags, f"{GO_MODULE}/cmd/server@v{TOXIPROXY_VERSION}"]
         try:
             done = subprocess.run(
-                argv,
-                cwd=gobin,
-                env=env,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=900,
-                check=False,
+                argv, cwd=gobin, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=900
             )
         except subprocess.TimeoutExpired as exc:
             raise InstallError(
@@ -171,6 +150,7 @@ def go_install(go: str, target: Path) -> None:
             ) from exc
         built = Path(gobin) / "server"
         if done.returncode != 0 or not built.is_file():
+            output = (done.stdout + done.stderr).decode(errors="replace")
             raise InstallError(
                 "go install of Toxiproxy failed",
                 facts={
@@ -178,7 +158,7 @@ def go_install(go: str, target: Path) -> None:
                     "exit code": done.returncode,
                     "GOPROXY": os.environ.get("GOPROXY", "(default)"),
                 },
-                log_tail="\n".join((done.stdout + done.stderr).splitlines()[-15:]),
+                log_tail="\n".join(output.splitlines()[-15:]),
                 fix="check the network path to the Go module proxy (GOPROXY), or use "
                 "--method download",
             )
@@ -196,11 +176,8 @@ def _opener(url: str) -> urllib.request.OpenerDirector:
 def download(
     base_url: str, target: Path, checksums: Mapping[str, str], *, say: Callable[[str], None] = print
 ) -> None:
-    """Fetch this platform's release asset, check its SHA-256, then move it into place.
-
-    The bytes go to a temporary file next to ``target``; on any failure it is removed, so
-    nothing is left at the destination and an earlier binary there stays as it was.
-    """
+    """Fetch this platform's release asset into a temporary file, check its SHA-256, then
+    move it into place (a failure leaves an earlier binary as it was)."""
     asset = asset_name()
     expected = checksums.get(asset)
     if expected is None:

@@ -1,9 +1,5 @@
-"""``pytest-wedge reference``: write the reference pages under docs/reference/, or check them.
-
-``--check`` writes nothing and exits 1 when a committed page differs from what the code
-renders, naming the stale pages; CI and ``tests/unit/test_reference_docs.py`` use the same
-comparison (:func:`stale_pages`).
-"""
+"""``pytest-wedge reference``: write the pages under docs/reference/, or (``--check``) exit 1
+naming the ones that differ from what the code renders."""
 
 from __future__ import annotations
 

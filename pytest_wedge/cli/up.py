@@ -1,9 +1,5 @@
-"""``pytest-wedge up``: one topology, up until Ctrl-C, for writing scenarios and poking by hand.
-
-It takes the ``wedge`` marker's keywords, prints every URL and link, and on SIGINT or SIGTERM
-stops everything it started (the process runtime's children also die with it if it is
-killed outright).
-"""
+"""``pytest-wedge up``: one topology (the marker's keywords), its URLs and links printed, up
+until SIGINT or SIGTERM stops everything it started."""
 
 from __future__ import annotations
 
@@ -52,11 +48,8 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
     plan = topology.plan
     components: dict[str, Any] = {}
     for name in topology.components:
-        entry: dict[str, Any] = {
-            "url": f"http://127.0.0.1:{plan.http[name]}",
-            "pid": topology.runtime.pid(name),
-            "log": topology.runtime.log_path(name),
-        }
+        entry: dict[str, Any] = {"url": f"http://127.0.0.1:{plan.http[name]}"}
+        entry |= {"pid": topology.runtime.pid(name), "log": topology.runtime.log_path(name)}
         if name == "router":
             entry["metrics"] = topology.router_metrics_url
         if name in plan.bootstrap:
@@ -80,26 +73,20 @@ def describe(session: Any, topology: Any) -> dict[str, Any]:
 
 def render(info: Mapping[str, Any]) -> str:
     width = max(len(name) for name in (*info["components"], "toxiproxy", "client"))
-    lines = [
-        f"{'client'.ljust(width)}  {info['client_url']}  send requests here "
-        "(the client->router link)"
-    ]
+    send = "send requests here (the client->router link)"
+    lines = [f"{'client'.ljust(width)}  {info['client_url']}  {send}"]
     for name, entry in info["components"].items():
         extra = [f"metrics {entry['metrics']}"] if "metrics" in entry else []
         extra += [f"bootstrap {entry['bootstrap']}"] if "bootstrap" in entry else []
         extra.append(f"pid {entry['pid']}")
         lines.append(f"{name.ljust(width)}  {entry['url']}  {'  '.join(extra)}")
-    lines.append(
-        f"{'toxiproxy'.ljust(width)}  {info['toxiproxy']['url']}  "
-        f"API of {info['toxiproxy']['binary']}"
-    )
+    toxiproxy = info["toxiproxy"]
+    lines.append(f"{'toxiproxy'.ljust(width)}  {toxiproxy['url']}  API of {toxiproxy['binary']}")
     lines.append("links (listen -> upstream):")
     link_width = max(len(name) for name in info["links"])
     for name, link in info["links"].items():
-        lines.append(
-            f"  {name.ljust(link_width)}  {link['listen']} -> {link['upstream']}"
-            f"  (proxy {link['proxy']})"
-        )
+        where = f"{link['listen']} -> {link['upstream']}  (proxy {link['proxy']})"
+        lines.append(f"  {name.ljust(link_width)}  {where}")
     logs = sorted({str(Path(e["log"]).parent) for e in info["components"].values() if e["log"]})
     lines.append(f"logs: {', '.join(logs)}")
     lines.append("what ran (name: kind version (binary; how it started)):")
@@ -177,11 +164,10 @@ def run_up(args: Any, out: TextIO = sys.stdout, wait: Callable[[], None] = signa
 def _still_running(pids: Sequence[int]) -> list[int]:
     import psutil
 
-    alive = []
-    for pid in pids:
+    def running(pid: int) -> bool:
         try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
+            return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
-            continue
-    return alive
+            return False
+
+    return [pid for pid in pids if running(pid)]

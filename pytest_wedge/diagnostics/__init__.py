@@ -1,10 +1,7 @@
 """Diagnostics: two locators (blind and oracle), the diagnosis, and the artifacts.
 
-``diagnose(scene)`` collects a snapshot (``pytest_wedge.evidence``) and hands its observed part
-to the blind locator, which sees only what an operator of a real deployment sees. The oracle
-walks the ground truth (stub ledgers, toxics, the runtime's view) and scores it: when the two
-disagree, the diagnosis carries the oracle's answer too.
-"""
+``diagnose(scene)`` hands a snapshot's observed part to the blind locator (what an operator
+sees); the oracle walks the ground truth and, when the two disagree, its answer rides along."""
 
 from __future__ import annotations
 
@@ -60,11 +57,10 @@ def diagnose(
     oracle: bool = True,
     snapshot: Snapshot | None = None,
 ) -> Diagnosis:
-    """Collect a snapshot of ``scene`` (anything with a ``topology`` and a client ``ledger``,
-    such as the ``wedge`` handle, whose ``probe`` gives the earlier samples) and locate
-    ``origin``'s wedge. ``since`` is the current fault window's start: failures that ended
-    before it do not outvote requests stuck now. ``oracle=False`` skips the ground truth
-    (faster); otherwise the oracle's answer is attached when it disagrees."""
+    """Snapshot ``scene`` (with a ``topology``, a client ``ledger`` and maybe a ``probe``) and
+    locate ``origin``'s wedge since ``since`` (the current fault window's start);
+    ``oracle=False`` skips the ground truth, else the oracle's answer rides along on a
+    disagreement."""
     if snapshot is None:
         snapshot = _snapshot(scene, overdue_after_s, probe, since, locator == "oracle" or oracle)
     if locator == "oracle" or snapshot.observed is None:
@@ -72,12 +68,9 @@ def diagnose(
     blind = locate_blind(snapshot.observed, origin, overdue_after_s, window_s=window_s, since=since)
     if snapshot.ledgerless:
         # Said in the report, so nobody reads a location from public endpoints as ledger-backed.
-        blind.evidence.insert(
-            0,
-            f"no worker ledgers: {', '.join(snapshot.ledgerless)} run "
-            "ledger-less (no ledger, no control API); located from public "
-            "endpoints only, and the oracle did not score it",
-        )
+        public = "located from public endpoints only, and the oracle did not score it"
+        none = f"{', '.join(snapshot.ledgerless)} run ledger-less (no ledger, no control API)"
+        blind.evidence.insert(0, f"no worker ledgers: {none}; {public}")
     elif oracle and snapshot.components:  # the ground truth was read
         truth = locate(snapshot, origin, overdue_after_s, window_s, since=since)
         blind.watchdogs = truth.watchdogs  # the stubs' own firings: for the report, not the locator
@@ -111,8 +104,7 @@ def capture_moment(
     overdue_after_s: float = 1.0,
     error: BaseException | None = None,
 ) -> Moment:
-    """Everything a report needs about *now*: active faults and component states (read
-    first, before the collection lets anything change), the snapshot, and the diagnosis of
+    """Active faults and component states (read first), the snapshot and the diagnosis of
     ``origin`` (default: the origin under test) since the current fault."""
     faults = active_fault_labels(scene.faults)
     states = component_states(scene.topology)

@@ -1,7 +1,5 @@
-"""Artifacts of one diagnosis: ``diagnosis.json`` (with the test's context), ``snapshot.json``
-(re-run either locator offline), ``ledgers/`` (client and workers), ``stacks.txt``, ``logs/``
-(each component's log from the test's start) and the timeline (``timeline.html``,
-``timeline.trace.json``)."""
+"""Artifacts of one diagnosis: ``diagnosis.json``, ``snapshot.json`` (re-run either locator
+offline), ``ledgers/``, ``stacks.txt``, ``logs/`` (from the test's start) and the timeline."""
 
 from __future__ import annotations
 

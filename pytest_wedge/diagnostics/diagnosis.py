@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
-from pytest_wedge.evidence.observed import known_fields, read_document
+from pytest_wedge.evidence.observed import ClientRecord, known_fields, read_document
 
 DIAGNOSIS_FORMAT = "pytest-wedge/diagnosis"
 LOCATIONS_DOC = (
@@ -18,6 +18,8 @@ LOCATIONS_DOC = (
 # certain: direct observation decided it; likely: inference by elimination; unknown: the best
 # guess, with no evidence to back it. "certain and wrong" is the defect the bench counts.
 CONFIDENCES = ("certain", "likely", "unknown")
+MAX_DETAILS = 500  # request rows a diagnosis keeps
+RESTART_SLACK_S = 2.0  # a component this fresh was still starting when the request came
 
 
 def hop_order(prefill: list[str], decode: list[str]) -> list[str]:
@@ -49,6 +51,49 @@ def place(
         (h for h in counts if counts[h]), key=lambda h: (-counts[h], rank(h)), default="none"
     )
     return location, dict(sorted(stuck.items(), key=lambda kv: rank(kv[0])))
+
+
+def count_line(origin: str, mine: list[ClientRecord], wedged: list[ClientRecord], when: str) -> str:
+    """How many of ``origin``'s requests were sent, overdue and failed (``when``)."""
+    sent = sum(1 for r in mine if r.get("sent") is not None)
+    failed = sum(1 for r in wedged if r.get("state") != "pending")
+    return (
+        f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
+        f"client; {len(wedged) - failed} overdue, {failed} failed {when}"
+    )
+
+
+def tally(head: str, items: Iterable[str]) -> str:
+    """``held at: router 3, decode-0 1``: the most common first."""
+    return f"{head}: " + ", ".join(f"{k} {n}" for k, n in Counter(items).most_common())
+
+
+def client_errors(wedged: list[ClientRecord]) -> list[str]:
+    """The two most common errors the client got."""
+    errors = Counter(str(r.get("error"))[:120] for r in wedged if r.get("error"))
+    return [f"client error ({n} x): {text}" for text, n in errors.most_common(2)]
+
+
+def window_rate(tokens: float, first: float, end: float, now: float, window_s: float) -> float:
+    """Tokens per second a stream from ``first`` to ``end`` added to ``window_s`` before now."""
+    overlap = max(0.0, min(end, now) - max(first, now - window_s))
+    return tokens / max(end - first, 1e-3) * overlap / window_s
+
+
+def other_origins(origin: str, rates: Mapping[str, float], active: Mapping[str, int]) -> list[str]:
+    """Origins but ``origin`` with requests active or at least 0.5 tok/s, by name."""
+    busy = {o for o in {*rates, *active} if active.get(o) or rates.get(o, 0.0) >= 0.5}
+    return sorted(busy - {origin})
+
+
+def herring(parts: list[str], origin: str) -> str:
+    return "; ".join(parts) + f" (other origins' activity, not progress of {origin})"
+
+
+def _section(head: str, items: Iterable[str]) -> list[str]:
+    """``head`` and ``items`` as a bullet list; nothing without items."""
+    bullets = [f"  - {item}" for item in items]
+    return [head, *bullets] if bullets else []
 
 
 class WatchdogFiring(TypedDict, total=False):
@@ -84,12 +129,18 @@ class RequestDetail:
     def from_dict(cls, data: Mapping[str, Any]) -> RequestDetail:
         return cls(**known_fields(cls, data))
 
+    @classmethod
+    def of(
+        cls, r: ClientRecord, age_s: float, furthest: str, holding: str, note: str
+    ) -> RequestDetail:
+        rid, origin, state = r.get("request_id", "?"), r.get("origin", "?"), r.get("state", "?")
+        return cls(rid, origin, state, round(age_s, 3), furthest, holding, note)
+
 
 @dataclass
 class Diagnosis:
-    """``location`` is one hop (see :data:`LOCATIONS_DOC`); ``stuck`` is {hop: {origin: n}};
-    ``locator`` is ``blind`` or ``oracle``; ``decided_by`` holds the lines that decided the
-    location and ``ruled_out`` the competing hypotheses with why."""
+    """``location`` is one hop (:data:`LOCATIONS_DOC`), ``stuck`` {hop: {origin: n}};
+    ``decided_by`` the lines that decided it, ``ruled_out`` the competing hops with why."""
 
     location: str
     origin: str
@@ -147,22 +198,15 @@ class Diagnosis:
 
     def render(self, *, max_requests: int = 10) -> str:
         """Text for the terminal and the report section."""
-        lines = [self.headline()]
-        if self.decided_by:
-            lines.append(f"decided by ({self.confidence}):")
-            lines += [f"  - {fact}" for fact in self.decided_by]
-        if self.ruled_out:
-            lines.append("ruled out:")
-            lines += [f"  - {why}" for why in self.ruled_out]
+        lines = [self.headline(), *_section(f"decided by ({self.confidence}):", self.decided_by)]
+        lines += _section("ruled out:", self.ruled_out)
         if self.disagrees():
             assert self.oracle is not None
             lines.append(
                 f"the oracle (ground truth: stub ledgers, faults) says "
                 f"{self.oracle['location']}: {self.oracle['headline']}"
             )
-        if self.evidence:
-            lines.append("evidence:")
-            lines += [f"  - {fact}" for fact in self.evidence]
+        lines += _section("evidence:", self.evidence)
         if self.stuck:
             lines.append("stuck (hop: origin=count):")
             for hop, origins in self.stuck.items():
@@ -170,12 +214,13 @@ class Diagnosis:
                 lines.append(f"  {hop}: {counts}")
         lines.append("red herrings (activity of other origins):")
         lines += [f"  - {h}" for h in self.red_herrings] or ["  - none seen"]
-        if self.watchdogs:
-            lines.append("watchdog firings:")
-            lines += [
-                f"  - {w.get('component', '?')}: {w.get('watchdog')} for {w.get('request_id')}"
+        lines += _section(
+            "watchdog firings:",
+            (
+                f"{w.get('component', '?')}: {w.get('watchdog')} for {w.get('request_id')}"
                 for w in self.watchdogs[:10]
-            ]
+            ),
+        )
         if self.requests:
             shown = self.requests[:max_requests]
             lines.append(f"requests ({len(shown)} of {len(self.requests)}):")

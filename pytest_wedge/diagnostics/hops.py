@@ -1,59 +1,40 @@
-"""Where one request is held: the oracle's hop-by-hop walk over the ledgers, as pure functions.
-
-A request's path is client -> client->router -> router -> (router->prefill-i -> prefill-i,
-router->decode-j -> decode-j) -> decode-j->prefill-i (KV) -> decode-j -> back to the client.
-The worker ledgers say how far it got; the client ledger says whether it left the client and
-what came back. Links and processes only break ties the ledgers cannot.
-"""
+"""Where one request is held: the oracle's hop-by-hop walk over the ledgers (pure functions).
+The worker ledgers say how far a request got, the client ledger whether it left and what came
+back; links and processes only break ties the ledgers cannot."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pytest_wedge.diagnostics.blind.clientside import CONNECT_ERRORS, FAILED
-from pytest_wedge.diagnostics.diagnosis import hop_order
+from pytest_wedge.diagnostics.blind.clientside import CONNECT_ERRORS, CUT, FAILED
+from pytest_wedge.diagnostics.diagnosis import RESTART_SLACK_S, hop_order
 from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.truth import LedgerEntry, LinkState
 
 # The client's connection to the router broke (as opposed to an HTTP answer or a deadline).
-BROKEN_CONNECTION = (
-    *CONNECT_ERRORS,
-    "RemoteProtocolError",
-    "ReadError",
-    "WriteError",
-    "Server disconnected",
-    "onnection reset",
-)
+BROKEN_CONNECTION = (*CONNECT_ERRORS, *CUT)
 # smg's answer when every worker's breaker is open or unhealthy
 # (docs/router-protocol.md, "503 no_available_workers").
 REFUSED = "no_available_workers"
-RESTART_SLACK_S = 2.0  # a component this fresh was still starting when the request came
 
 
 @dataclass(frozen=True)
 class Seen:
-    """A worker ledger entry with the worker that wrote it."""
+    """A worker ledger entry with the worker that wrote it, and the fields the walk reads."""
 
     component: str
     entry: LedgerEntry
+    state: str = "?"
+    t: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    room: int | None = None
 
-    @property
-    def state(self) -> str:
-        return self.entry.get("state", "?")
-
-    @property
-    def t(self) -> dict[str, float]:
-        return self.entry.get("t") or {}
-
-    @property
-    def tokens(self) -> int:
-        return int(self.entry.get("tokens") or 0)
-
-    @property
-    def room(self) -> int | None:
-        return self.entry.get("room")
+    @classmethod
+    def of(cls, component: str, entry: LedgerEntry) -> Seen:
+        stamps, tokens = entry.get("t") or {}, int(entry.get("tokens") or 0)
+        return cls(component, entry, entry.get("state", "?"), stamps, tokens, entry.get("room"))
 
     @property
     def fetch_failed(self) -> bool:
@@ -109,7 +90,9 @@ class Context:
             for entry in entries:
                 seen = as_of(entry, self.client_at)
                 if seen is not None:
-                    index.setdefault(entry.get("request_id", ""), []).append(Seen(component, seen))
+                    index.setdefault(entry.get("request_id", ""), []).append(
+                        Seen.of(component, seen)
+                    )
         self.link_faults = {
             name: why
             for name, info in snapshot.links.items()
@@ -121,17 +104,15 @@ class Context:
         self.started: dict[str, float] = dict(obs.started) if obs is not None else {}
 
     def restarted(self, record: ClientRecord, names: list[str]) -> str | None:
-        """The first of ``names`` whose process started after ``record`` was sent, or so
-        shortly before it that it was still coming up: its ledger (and the request with it)
-        is gone, or it was not ready to take it."""
+        """The first of ``names`` that started after ``record`` was sent, or was still coming
+        up: its ledger (and the request) is gone, or it was not ready to take it."""
         sent = float(record.get("sent") or record.get("created") or 0.0)
         after = self.since if self.since is not None else sent - RESTART_SLACK_S
         return next((n for n in names if self.started.get(n, 0.0) > after), None)
 
     def attempt(self, request_id: str) -> tuple[Seen | None, Seen | None]:
-        """The live attempt's decode and prefill entries. smg retries send the same request
-        id with a new room: the last decode attempt is the live one, and its prefill leg is
-        the one with the same room."""
+        """The live attempt's decode and prefill entries: smg retries reuse the request id with a
+        new room; the last decode attempt is live, and its prefill leg shares its room."""
         d = _latest(self.decode.get(request_id))
         if d is None or d.room is None:
             return d, _latest(self.prefill.get(request_id))
@@ -166,10 +147,9 @@ class Context:
         return [c for c in found if self.snapshot.stub_states.get(c, {}).get("faults")]
 
     def still_failing(self, request_id: str) -> str | None:
-        """A worker that failed an earlier attempt of this request and still has an engine
-        fault on: the router's breakers opened because of it, and it would fail them again.
-        A request the router refused at once had no attempt of its own: then the worker that
-        failed most attempts of any request in the window (which opened the breakers)."""
+        """A worker that failed an attempt of this request and still has an engine fault (the
+        breakers opened because of it); for a request refused at once, the worker that failed
+        most attempts in the window."""
         own = self._culprits(request_id)
         if own:
             return own[0]
@@ -187,6 +167,11 @@ class Context:
             if hop in self.link_faults or hop in self.not_running or hop in self.silent:
                 return hop
         return None
+
+    def lost_among(self, record: ClientRecord, workers: list[str]) -> str:
+        """The first of ``workers`` that restarted or shows trouble (or its link), else router."""
+        hops = [h for w in workers for h in (f"router->{w}", w)]
+        return self.restarted(record, workers) or self.suspect(hops) or "router"
 
     def on_the_way_back(self, decode: str) -> str | None:
         return self.suspect([f"router->{decode}", "router", "client->router"])
@@ -227,11 +212,8 @@ def _back_to_client(ctx: Context, decode: str, prefill: str | None) -> Hold:
         hop = "router"
     if hop is not None:
         return Hold(f"{decode} (finished)", hop, f"{decode} finished it; {hop} did not pass it on")
-    return Hold(
-        f"{decode} (finished)",
-        "client",
-        f"{decode} finished it but the client never read the response (a leaked stream?)",
-    )
+    unread = "finished it but the client never read the response (a leaked stream?)"
+    return Hold(f"{decode} (finished)", "client", f"{decode} {unread}")
 
 
 def _no_worker(ctx: Context, record: ClientRecord) -> Hold:
@@ -264,9 +246,8 @@ def _failed_at_the_front(ctx: Context, record: ClientRecord, error: str) -> Hold
             cut = "router" if ctx.router_silent else "client->router"
         return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")
     if REFUSED in error:
-        # The last attempt never left the router: it refused (breakers open or workers marked
-        # unhealthy). Earlier attempts in the ledgers say why the breakers opened: the router
-        # holds it unless what failed them is failing still.
+        # The router refused the last attempt; earlier ones in the ledgers say why the breakers
+        # opened: the router holds it unless what failed them is failing still.
         snap = ctx.snapshot
         after_router = hop_order(snap.prefill, snap.decode)[3:]
         request_id = record.get("request_id", "")
@@ -279,28 +260,15 @@ def _prefill_only(ctx: Context, record: ClientRecord, p: Seen) -> Hold:
     stage = _prefill_stage(p)
     if stage in ("queued", "prefilling") and p.state != "ok":
         return Hold(f"{p.component} ({stage})", p.component, f"{p.component}: {stage}")
-    decodes = ctx.snapshot.decode
-    lost = (
-        ctx.restarted(record, decodes)
-        or ctx.suspect([h for dd in decodes for h in (f"router->{dd}", dd)])
-        or "router"
-    )
-    return Hold(
-        f"{p.component} ({stage})",
-        lost,
-        f"{p.component} has the KV ({p.state}); no decode ledger has the request",
-    )
+    lost = ctx.lost_among(record, ctx.snapshot.decode)
+    has = f"{p.component} has the KV ({p.state})"
+    return Hold(f"{p.component} ({stage})", lost, f"{has}; no decode ledger has the request")
 
 
 def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None) -> Hold:
     where = f"{d.component} (waiting for KV)"
     if p is None:
-        prefills = ctx.snapshot.prefill
-        gap = (
-            ctx.restarted(record, prefills)
-            or ctx.suspect([h for pp in prefills for h in (f"router->{pp}", pp)])
-            or "router"
-        )
+        gap = ctx.lost_among(record, ctx.snapshot.prefill)
         return Hold(where, gap, f"{d.component} waits for KV; no prefill ledger has the request")
     pstage = _prefill_stage(p)
     link = f"{d.component}->{p.component}"
@@ -312,14 +280,10 @@ def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None)
         why = str(d.entry.get("error"))[:60]
         return Hold(where, link, f"{d.component} failed the KV transfer: {why}")
     if pstage in ("queued", "prefilling"):
-        return Hold(
-            f"{p.component} ({pstage})",
-            p.component,
-            f"{p.component}: {pstage}; {d.component} waits for its KV",
-        )
-    return Hold(
-        where, link, f"{p.component} KV {pstage} ({p.state}); {d.component} still waits for it"
-    )
+        waits = f"{p.component}: {pstage}; {d.component} waits for its KV"
+        return Hold(f"{p.component} ({pstage})", p.component, waits)
+    kv = f"{p.component} KV {pstage} ({p.state})"
+    return Hold(where, link, f"{kv}; {d.component} still waits for it")
 
 
 def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, failed: bool) -> Hold:
@@ -336,9 +300,8 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
         # The decode produced more than the client got: the bytes are stuck on the way back.
         back = ctx.on_the_way_back(d.component)
         if back is not None:
-            return Hold(
-                where, back, f"{d.component} sent {d.tokens} tokens, client got {client_tokens}"
-            )
+            sent = f"{d.component} sent {d.tokens} tokens, client got {client_tokens}"
+            return Hold(where, back, sent)
     if d.state in ("ok", "aborted", "error", "released") or failed:
         # The decode let go of it (or the client did); what holds it is on the way back.
         back = ctx.on_the_way_back(d.component)

@@ -1,8 +1,5 @@
-"""Fetching evidence while something is wedged: one pooled client, short timeouts, in parallel.
-
-A paused process still accepts TCP but never answers, so every fetch has a short timeout, and a
-fetch that fails becomes evidence ("did not answer within 0.20 s"), never an exception.
-"""
+"""Fetching evidence while something is wedged: one pooled client, short timeouts (a paused
+process accepts TCP but never answers), in parallel; a failed fetch becomes evidence."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""One vocabulary for engine metrics: each engine's exported names mapped onto the canonical
-quantities the locators read (pure).
-
-The canonical names are SGLang's without the ``sglang:`` prefix and without ``_total``,
-because that is what the locators were written against. A worker is read in the vocabulary
-its ``/metrics`` speaks: ``vllm:`` lines make it a vLLM worker, anything else is read as
-SGLang. Each row is ``(exported sample name, required labels, canonical name)``; samples that
-map onto one canonical name are summed (dp ranks, or two vLLM counters for one quantity).
-
-vLLM has no gauge for a prefill's KV held for a decode, none for a decode's preallocation
-queue on its own, no separate bootstrap (handshake) failure counter on a decode and no
-generation-throughput gauge; those canonical names are simply absent for a vLLM worker (see
-``VLLM_MISSING``), and the locators read an absent gauge as "not shown".
-"""
+"""One vocabulary for engine metrics (pure): each engine's exported names mapped onto the
+canonical names the locators read, SGLang's without ``sglang:`` and ``_total``. A worker whose
+``/metrics`` has ``vllm:`` lines is read as vLLM, any other as SGLang. A row is ``(exported
+name, required labels, canonical name)``; samples mapping onto one name are summed. Canonical
+names vLLM lacks (``VLLM_MISSING``) are absent for it, which the locators read as "not shown"."""
 
 from __future__ import annotations
 
@@ -41,16 +32,13 @@ SGLANG: tuple[Row, ...] = (
 )
 
 _ABORT = (("finished_reason", "abort"),)
+_DEFERRED = (("reason", "deferred"),)
 VLLM: tuple[Row, ...] = (
     ("vllm:num_requests_running", (), "num_running_reqs"),
     # Waiting for a running slot or KV memory: SGLang's waiting queue.
     ("vllm:num_requests_waiting_by_reason", (("reason", "capacity"),), "num_queue_reqs"),
     # Skipped by the scheduler: on a PD decode, WAITING_FOR_REMOTE_KVS (the transfer queue).
-    (
-        "vllm:num_requests_waiting_by_reason",
-        (("reason", "deferred"),),
-        "num_decode_transfer_queue_reqs",
-    ),
+    ("vllm:num_requests_waiting_by_reason", _DEFERRED, "num_decode_transfer_queue_reqs"),
     ("vllm:generation_tokens_total", (), "generation_tokens"),
     ("vllm:prompt_tokens_total", (), "prompt_tokens"),
     ("vllm:request_success_total", _ABORT, "num_aborted_requests"),

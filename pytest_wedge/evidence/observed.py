@@ -164,22 +164,15 @@ class Observed:
 
     def named_url(self, url: str) -> str | None:
         """The component or link whose address ``url`` starts with (longest match)."""
-        best = None
-        for name, address in self.addresses.items():
-            if (
-                address
-                and url.startswith(address)
-                and (best is None or len(address) > len(self.addresses[best]))
-            ):
-                best = name
-        return best
+        found = [
+            name for name, address in self.addresses.items() if address and url.startswith(address)
+        ]
+        return max(found, key=lambda name: len(self.addresses[name]), default=None)
 
     # -- engine metrics ----------------------------------------------------------------------
     def gauge(self, worker: str, name: str, since: float | None = None) -> float:
-        """The latest value of a gauge that was above zero in the earlier sample too: a wedge
-        holds it (and it may still be growing), a blip comes and goes. An earlier sample from
-        before ``since`` (when the wedged requests should have been held already) cannot say:
-        then the latest value stands."""
+        """The latest value of a gauge that was above zero in the earlier sample too (a wedge
+        holds it, a blip comes and goes), unless that sample is from before ``since``."""
         now = self.workers.get(worker, {}).get(name, 0.0)
         before = self.workers_before.get(worker, {}).get(name)
         stale = since is not None and (self.before_at or 0.0) < since
@@ -216,14 +209,12 @@ class Observed:
     # -- links -------------------------------------------------------------------------------
     def flow(self, link: str) -> dict[str, tuple[float, float]]:
         """Bytes (in, out) per direction on ``link`` between the two traffic samples."""
-        now = self.traffic.get(link, {})
-        before = self.traffic_before.get(link, {})
-        out = {}
-        for d in DIRECTIONS:
-            got = now.get(f"{d}_in", 0.0) - before.get(f"{d}_in", 0.0)
-            gave = now.get(f"{d}_out", 0.0) - before.get(f"{d}_out", 0.0)
-            out[d] = (max(0.0, got), max(0.0, gave))
-        return out
+        now, before = self.traffic.get(link, {}), self.traffic_before.get(link, {})
+
+        def moved(key: str) -> float:
+            return max(0.0, now.get(key, 0.0) - before.get(key, 0.0))
+
+        return {d: (moved(f"{d}_in"), moved(f"{d}_out")) for d in DIRECTIONS}
 
     def swallowed(self, link: str) -> dict[str, float]:
         """Per direction, bytes that entered ``link`` and were never delivered, on the

@@ -1,10 +1,5 @@
-"""Parsing what components expose (pure): smg's, the engines' and Toxiproxy's Prometheus text,
-and the kernel's view of a process.
-
-Every name here is one a real deployment exports: ``sglang:*`` from SGLang engines and
-``vllm:*`` from vLLM engines (both read through evidence/metric_names.py), ``smg_*``
-from the router, ``toxiproxy_proxy_*_bytes_total`` from Toxiproxy run with ``-proxy-metrics``.
-"""
+"""Parsing what components expose (pure): the router's, the engines' and Toxiproxy's Prometheus
+text (names a real deployment exports), and the kernel's view of a process."""
 
 from __future__ import annotations
 
@@ -32,9 +27,8 @@ _PER_WORKER = {
 
 
 def parse_engine_metrics(text: str) -> dict[str, float]:
-    """Engine gauges and counters by canonical name (evidence/metric_names.py: SGLang's names
-    without the prefix and ``_total``, whichever engine exported them), summed over label
-    sets (one engine may report several dp ranks)."""
+    """Engine gauges and counters by canonical name (evidence/metric_names.py), summed over
+    label sets (one engine may report several dp ranks)."""
     rows = vocabulary(text)
     return canonical(rows, parse_samples(text, exported_names(rows)))
 
@@ -68,13 +62,8 @@ def parse_router_metrics(text: str, workers: dict[str, str]) -> RouterMetrics:
         elif name in _PER_WORKER:
             per_worker[_PER_WORKER[name]][worker] = value
         elif name == "smg_worker_errors_total":
-            errors.append(
-                RouterErrors(
-                    worker_type=labels.get("worker_type", ""),
-                    error_type=labels.get("error_type", ""),
-                    value=value,
-                )
-            )
+            who, what = labels.get("worker_type", ""), labels.get("error_type", "")
+            errors.append(RouterErrors(worker_type=who, error_type=what, value=value))
         elif name == "smg_http_responses_total" and labels.get("path") not in _PROBE_PATHS:
             status = labels.get("status_code", "?")
             if "path" in labels:
@@ -106,9 +95,9 @@ def parse_router_metrics(text: str, workers: dict[str, str]) -> RouterMetrics:
 
 
 def parse_link_bytes(text: str, proxies: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Toxiproxy ``-proxy-metrics``: bytes read (in) and written (out) per link and direction.
-    Toxiproxy adds a connection's bytes when it ends (``link.go``), and written bytes only for
-    writes that did not fail: in > out means bytes never delivered on connections now closed."""
+    """Toxiproxy ``-proxy-metrics``: bytes read (in) and written (out) per link and direction,
+    added as a connection ends and only for writes that did not fail (``link.go``): in > out
+    means bytes never delivered on connections now closed."""
     out: dict[str, dict[str, float]] = {}
     kinds = {
         "toxiproxy_proxy_received_bytes_total": "in",
@@ -136,9 +125,8 @@ def proc_state(pid: int | None) -> str | None:
 
 
 def _started(pid: int) -> float | None:
-    """When ``pid`` started, as ``time.time()``: its age on the kernel's boot clock (``/proc``
-    start ticks against ``/proc/uptime``). psutil's ``create_time`` adds the boot time, which
-    is off by as much as the wall clock was stepped since boot."""
+    """When ``pid`` started, as ``time.time()``, from its age on the kernel's boot clock
+    (psutil's ``create_time`` is off by as much as the wall clock was stepped since boot)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         uptime = float(Path("/proc/uptime").read_text().split()[0])

@@ -1,10 +1,6 @@
-"""Collecting :class:`Observed`: only the public faces of a running topology.
-
-Per worker: ``/metrics`` and ``/health`` on its own port (and a prefill's bootstrap
-``/health``). The router: ``/metrics``, ``/health`` and ``/workers`` on its own ports. Links:
-Toxiproxy's ``/metrics`` byte counters (never its toxic configuration). Processes: the kernel's
-state of each component's PID. Logs: the last lines of each component's log.
-"""
+"""Collecting :class:`Observed` from the public faces of a running topology only: each worker's
+and the router's ``/metrics`` and ``/health`` (and ``/workers``, a prefill's bootstrap
+``/health``), Toxiproxy's byte counters (never its toxics), process states and log tails."""
 
 from __future__ import annotations
 

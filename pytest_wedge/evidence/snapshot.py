@@ -30,12 +30,7 @@ from pytest_wedge.evidence.read_public import (
     fill_observed,
     observed_jobs,
 )
-from pytest_wedge.evidence.truth import (
-    LedgerEntry,
-    LinkState,
-    StubState,
-    Toxic,
-)
+from pytest_wedge.evidence.truth import LedgerEntry, LinkState, StubState, Toxic
 
 if TYPE_CHECKING:
     from pytest_wedge.load.client_ledger import ClientLedger
@@ -190,16 +185,11 @@ def fill(
 
 
 def empty_snapshot(topology: Topology) -> Snapshot:
-    spec = topology.spec
-    workers = [*spec.prefill_names, *spec.decode_names]
-    return Snapshot(
-        taken_at=time.time(),
-        prefill=list(spec.prefill_names),
-        decode=list(spec.decode_names),
-        link_names=list(topology.links),
-        observed=empty_observed(topology),
-        ledgerless=[w for w in workers if w not in topology.stubs],
-    )
+    obs = empty_observed(topology)
+    snapshot = Snapshot(obs.taken_at, list(obs.prefill), list(obs.decode), list(obs.link_names))
+    snapshot.ledgerless = [w for w in obs.worker_names if w not in topology.stubs]
+    snapshot.observed = obs
+    return snapshot
 
 
 def _read_again(
@@ -209,15 +199,7 @@ def _read_again(
     ``MIN_RATE_WINDOW_S`` later, closes the window (engine counters, router, link bytes)."""
     obs = snapshot.observed
     assert obs is not None
-    first = Observed(
-        taken_at=started,
-        prefill=obs.prefill,
-        decode=obs.decode,
-        link_names=obs.link_names,
-        router=obs.router,
-        workers=dict(obs.workers),
-        traffic=obs.traffic,
-    )
+    first = replace(obs, taken_at=started, workers=dict(obs.workers))  # fill_observed adds to it
     jobs, timeouts = observed_jobs(
         topology, timeout_s, extras=False, slow=obs.traffic_before_at is None
     )
@@ -247,10 +229,9 @@ def collect(
     truth: bool = True,
     pool: ThreadPoolExecutor | None = None,
 ) -> Snapshot:
-    """Fetch everything in parallel. ``before`` (the probe's latest sample) gives the earlier
-    engine counters and stub states for rates; ``window`` (a probe sample from before the
-    wedge) the earlier router counters and link bytes. Without them a second read is taken.
-    ``truth=False`` reads only what an operator could: no ledgers, toxics or runtime view."""
+    """Fetch everything in parallel. ``before`` (the probe's latest sample) and ``window`` (one
+    from before the wedge) give earlier points, else a second read is taken; ``truth=False``
+    reads only what an operator could."""
     started = time.time()
     # The client's view first. Read after it, the servers' counters, breakers and process
     # states show whatever the client saw (they only grow or stick); read before it, a

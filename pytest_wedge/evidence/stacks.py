@@ -1,9 +1,6 @@
-"""Stacks: secondary evidence (they mislocate easily; the ledgers locate a wedge).
-
-Stubs: ``py-spy dump --nonblocking``, which never ptrace-stops them. The router (a Python
-launcher hosting Rust): py-spy, ``/proc`` threads, and gdb unless paused (detaching from a
-stopped process can resume it, clearing the fault under test). This process: its frames.
-"""
+"""Stacks: secondary evidence (the ledgers locate a wedge). Stubs: ``py-spy dump
+--nonblocking``. The router: py-spy, ``/proc`` threads, and gdb unless paused (detaching from
+a stopped process can resume it, clearing the fault under test). This process: its frames."""
 
 from __future__ import annotations
 
@@ -80,19 +77,8 @@ def gdb_backtraces(pid: int, timeout_s: float = 5.0) -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
         return "(gdb is not installed: no native backtraces)"
-    argv = [
-        gdb,
-        "-p",
-        str(pid),
-        "-batch",
-        "-nx",
-        "-iex",
-        "set auto-load off",
-        "-ex",
-        "set pagination off",
-        "-ex",
-        "thread apply all bt 20",
-    ]
+    argv = [gdb, "-p", str(pid), "-batch", "-nx", "-iex", "set auto-load off"]
+    argv += ["-ex", "set pagination off", "-ex", "thread apply all bt 20"]
     out = _run(argv, timeout_s)
     return "\n".join(line for line in out.splitlines() if not line.startswith("[New LWP"))
 

@@ -1,9 +1,6 @@
-"""What only the test knows: the ground truth that scores the blind locator. Pure data.
-
-A real deployment has none of this: engines keep no per-request ledger, a wedge announces no
-toxic, and nobody hands the operator a list of what was paused. The oracle reads it; the blind
-locator never can (a unit test checks its imports).
-"""
+"""What only the test knows (pure data): the ground truth that scores the blind locator. A real
+deployment keeps no per-request ledger and announces no toxic; the blind locator never reads
+this (a unit test checks its imports)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""pytest glue only: options and ini, the marker, fixtures, report sections and hooks.
-
-Loaded in every pytest run of an environment that has pytest-wedge installed, so it imports
-nothing heavy at load time: the topology, the handle and their HTTP clients are imported by
-the hooks and fixtures that need them, as pytest-xdist does. Everything they drive works
-without pytest (see ``pytest_wedge.topology.session``).
+"""The pytest side: options, the marker, fixtures, report sections and hooks. Loaded in every
+pytest run where pytest-wedge is installed, so the topology, the handle and their HTTP clients
+are imported only by the hooks and fixtures that need them.
 """
 
 from __future__ import annotations
@@ -25,14 +22,12 @@ from pytest_wedge.plugin.state import (
     WedgePlugin,
     close_handles,
     marker_args,
-    open_handle,
     plain_errors,
     plugin_of,
 )
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
-    from pytest_wedge.spec.topology import TopologySpec
     from pytest_wedge.topology.session import WedgeSession
 
 WEDGE_FIXTURES = {"wedge", "wedge_session", "wedge_factory"}
@@ -46,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wedge", "pytest-wedge: distributed-hang fault injection")
     for setting in SETTINGS.values():
         if setting.has_option:
-            kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": setting.help}
+            kwargs: dict[str, Any] = {"dest": setting.name, "default": None, "help": setting.help}
             kwargs.update(setting.option_kwargs())
             group.addoption(setting.option, **kwargs)
         parser.addini(setting.name, setting.help, type=setting.ini_type, default=None)
@@ -56,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "wedge(prefill=1, decode=1, router_args=(), stub=None, runtime=None): the topology "
-        "the `wedge` fixture brings up for this test (see pytest_wedge.plugin.marker.wedge).",
+        "the `wedge` fixture brings up for this test (see pytest_wedge.spec.marker_args.wedge).",
     )
     plugin = WedgePlugin(config)
     config.stash[PLUGIN_KEY] = plugin
@@ -101,12 +96,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Check the binaries once, up front, when any collected test needs a topology.
-
-    A bad ``wedge`` marker is not checked here: it fails its own test at setup (see the
-    ``wedge`` fixture), so one typo does not stop the whole run. ``--collect-only`` runs
-    nothing, so it needs no binaries.
-    """
+    """Check the binaries once, up front, when a collected test needs a topology."""
     if config.option.collectonly:
         return
     for item in items:
@@ -126,15 +116,12 @@ def wedge_session(request: pytest.FixtureRequest) -> WedgeSession:
 
 @pytest.fixture
 def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedge]]:
-    """Build handles onto other topologies: ``wedge_factory(prefill=2, decode=2)``.
-
-    Takes the same keyword arguments as the ``wedge`` marker.
-    """
+    """Handles onto other topologies: ``wedge_factory(prefill=2, decode=2)``."""
     item = request.node
 
     def make(**kwargs: Any) -> Wedge:
         parsed = marker_args(item, (), kwargs, what="wedge_factory(...)")
-        return _open(item, parsed.spec, parsed.runtime)
+        return console.open_with_progress(item, parsed.spec, parsed.runtime)
 
     yield make
     close_handles(item)
@@ -142,22 +129,13 @@ def wedge_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Wedg
 
 @pytest.fixture
 def wedge(request: pytest.FixtureRequest, wedge_factory: Callable[..., Wedge]) -> Wedge:
-    """A handle onto the session's topology for this test's ``wedge`` marker (default 1P+1D).
-
-    Faults and loads it started end with the test; the topology is reset before each test.
-    """
+    """A handle onto the topology of this test's ``wedge`` marker (default 1P+1D), reset before
+    each test; its faults and loads end with the test."""
     marker = request.node.get_closest_marker("wedge")
     if marker is None:
         return wedge_factory()
     parsed = marker_args(request.node, marker.args, marker.kwargs, what="@pytest.mark.wedge")
-    return _open(request.node, parsed.spec, parsed.runtime)
-
-
-def _open(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
-    """``open_handle``, saying on the terminal what it waits for when that takes a while."""
-    what = console.describe_bring_up(item.config, spec.prefill, spec.decode, runtime)
-    with console.bring_up(item.config, what):
-        return open_handle(item, spec, runtime)
+    return console.open_with_progress(request.node, parsed.spec, parsed.runtime)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -209,9 +187,8 @@ def pytest_configure_node(node: Any) -> None:
 def _point_at_the_test(
     item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
 ) -> None:
-    """A ConfigError raised in a test is a mistake in the test's use of pytest-wedge (an
-    unknown link, a bad fault argument): show the test's line and our explanation, not the
-    frames of pytest-wedge's internals (``--full-trace`` still shows them)."""
+    """A ConfigError in a test is a misuse of pytest-wedge: show the test's line and our
+    explanation, not our frames (``--full-trace`` still shows them)."""
     excinfo = call.excinfo
     if (
         report.when != "call"

@@ -1,9 +1,5 @@
-"""What pytest-wedge prints in pytest's terminal: the session header, and bring-up progress.
-
-Both stay cheap and never fail a run: the header reads package metadata and asks
-toxiproxy-server for its version once per binary (remembered in pytest's cache when it is
-enabled), and progress appears only when a bring-up takes longer than a second.
-"""
+"""The session header and bring-up progress in pytest's terminal; both cheap, neither fails a
+run (Toxiproxy's version is asked once per binary and cached)."""
 
 from __future__ import annotations
 
@@ -12,12 +8,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.plugin.state import PLUGIN_KEY
+from pytest_wedge.plugin.state import PLUGIN_KEY, open_handle
+
+if TYPE_CHECKING:
+    from pytest_wedge.handle import Wedge
+    from pytest_wedge.spec.topology import TopologySpec
 
 CACHE_KEY = "wedge/binary-versions"
 PROGRESS_AFTER_S = 1.0
@@ -25,7 +25,7 @@ PROGRESS_AFTER_S = 1.0
 
 def header_lines(config: pytest.Config) -> list[str]:
     """``wedge:`` lines for pytest's header: runtime, router, Toxiproxy and artifacts."""
-    from pytest_wedge.runtime.binaries import binary_version, package_version, smg_path
+    from pytest_wedge.runtime.binaries import package_version, smg_path
 
     plugin = config.stash.get(PLUGIN_KEY, None)
     if plugin is None:
@@ -34,12 +34,8 @@ def header_lines(config: pytest.Config) -> list[str]:
     artifacts = Path(plugin.value("wedge_artifacts")).absolute()
     kind = plugin.value("wedge_router")
     if kind == "smg":
-        smg = smg_path()
-        router = (
-            f"smg {package_version('smg') or '(version unknown)'} at {smg}"
-            if smg
-            else "smg not found (pip install 'smg>=1.13,<1.14')"
-        )
+        smg, missing = smg_path(), "smg not found (pip install 'smg>=1.13,<1.14')"
+        router = f"smg {package_version('smg') or '(version unknown)'} at {smg}" if smg else missing
     else:
         from pytest_wedge.topology.what_ran import describe_kind
 
@@ -54,29 +50,25 @@ def header_lines(config: pytest.Config) -> list[str]:
     except WedgeError as exc:
         lines.append(f"wedge: toxiproxy-server not found: {getattr(exc, 'fix', '')}")
     else:
-        cache = _versions_cache(config)
-        version = binary_version(found.path, cache=cache)
-        _store_versions_cache(config, cache)
-        lines.append(
-            f"wedge: toxiproxy-server {version or '(version unknown)'} at "
-            f"{found.path} (from {found.source})"
-        )
+        version = _cached_version(config, found.path) or "(version unknown)"
+        lines.append(f"wedge: toxiproxy-server {version} at {found.path} (from {found.source})")
     lines.append(f"wedge: artifacts {artifacts}")
     return lines
 
 
-def _versions_cache(config: pytest.Config) -> dict[str, Any] | None:
+def _cached_version(config: pytest.Config, path: str) -> str | None:
+    """``binary_version``, remembered in pytest's cache when it is enabled."""
+    from pytest_wedge.runtime.binaries import binary_version
+
     cache = getattr(config, "cache", None)
     if cache is None:
-        return None
+        return binary_version(path)
     stored = cache.get(CACHE_KEY, {})
-    return dict(stored) if isinstance(stored, dict) else {}
-
-
-def _store_versions_cache(config: pytest.Config, versions: dict[str, Any] | None) -> None:
-    cache = getattr(config, "cache", None)
-    if cache is not None and versions is not None and versions != cache.get(CACHE_KEY, {}):
+    versions = dict(stored) if isinstance(stored, dict) else {}
+    version = binary_version(path, cache=versions)
+    if versions != stored:
         cache.set(CACHE_KEY, versions)
+    return version
 
 
 def _write_line(config: pytest.Config, text: str) -> None:
@@ -94,11 +86,8 @@ def _write_line(config: pytest.Config, text: str) -> None:
 
 @contextlib.contextmanager
 def bring_up(config: pytest.Config, what: str, after_s: float | None = None) -> Iterator[None]:
-    """Say ``wedge: <what> ...`` once the block has taken ``after_s`` (default
-    ``PROGRESS_AFTER_S``), and how it ended.
-
-    A quick block (a topology that is already up and only reset) prints nothing.
-    """
+    """Say ``wedge: <what> ...`` once the block has taken ``after_s``, and how it ended; a quick
+    block prints nothing."""
     after_s = PROGRESS_AFTER_S if after_s is None else after_s
     lock = threading.Lock()
     state = {"done": False, "shown": False}
@@ -128,7 +117,10 @@ def bring_up(config: pytest.Config, what: str, after_s: float | None = None) -> 
             )
 
 
-def describe_bring_up(config: pytest.Config, prefill: int, decode: int, runtime: str | None) -> str:
-    plugin = config.stash.get(PLUGIN_KEY, None)
+def open_with_progress(item: pytest.Item, spec: TopologySpec, runtime: str | None) -> Wedge:
+    """``open_handle``, saying on the terminal what it waits for when that takes a while."""
+    plugin = item.config.stash.get(PLUGIN_KEY, None)
     name = runtime or (plugin.value("wedge_runtime") if plugin is not None else "process")
-    return f"bringing up {prefill} prefill + {decode} decode on the {name} runtime"
+    what = f"bringing up {spec.prefill} prefill + {spec.decode} decode on the {name} runtime"
+    with bring_up(item.config, what):
+        return open_handle(item, spec, runtime)

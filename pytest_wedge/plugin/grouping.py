@@ -1,12 +1,7 @@
-"""pytest-xdist: tests that share a topology shape run on one worker.
-
-A worker caches running topologies by shape, so with ``-n N`` each worker sends the
-controller the shape of every wedge item (:func:`pytest_wedge.spec.shape.shape_id`; an
-``xdist_group`` mark wins), and :class:`ShapeScheduling` (xdist's ``loadscope`` with the shape
-as the scope) sends a shape's tests to one worker: each shape is brought up once per run.
-This is the default without ``--dist`` and serves ``--dist loadgroup``. The groups travel in
-files beside the node ids, in a directory named in ``workerinput``, because pytest 9.2's
-structured node ids drop xdist's ``@group`` tags (pytest-dev/pytest-xdist#1386).
+"""pytest-xdist: tests of one topology shape run on one worker, so each shape comes up once per
+run. :class:`ShapeScheduling` is xdist's ``loadscope`` with the shape (or an ``xdist_group``) as
+the scope: the default without ``--dist``, and ``--dist loadgroup``. Groups travel in files
+named in ``workerinput``: pytest 9.2's node ids drop xdist's ``@group`` tags (xdist#1386).
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ GROUPS_DIR_KEY = pytest.StashKey[Path]()
 
 
 def chosen_dist(config: pytest.Config) -> str | None:
-    """The ``--dist`` the user gave (command line, ``addopts``, ``PYTEST_ADDOPTS``), or None.
-
-    Read from the arguments as parsed, which xdist's own defaulting does not touch."""
+    """The ``--dist`` the user gave (read from the parsed arguments, before xdist's defaulting),
+    or None."""
     known = config.known_args_namespace
     if getattr(known, "distload", False):
         return "load"
@@ -63,11 +57,11 @@ def item_group(item: pytest.Item) -> str | None:
         return shape_id(item.scenario.spec, item.scenario.runtime or default_runtime)
     if "wedge" not in getattr(item, "fixturenames", ()):
         return None
-    from pytest_wedge.plugin.marker import parse_marker
+    from pytest_wedge.spec.marker_args import parse_keywords
 
     marker = item.get_closest_marker("wedge")
     try:
-        parsed = parse_marker(marker.args, marker.kwargs) if marker else parse_marker((), {})
+        parsed = parse_keywords(marker.args, marker.kwargs) if marker else parse_keywords((), {})
     except ConfigError:
         return None
     return shape_id(parsed.spec, parsed.runtime or default_runtime)

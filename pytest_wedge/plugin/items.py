@@ -1,9 +1,5 @@
-"""``--wedge-scenarios``: the catalog as collected test items.
-
-One virtual collector under the session, so a scenario's node id is ``wedge-scenarios::NAME``
-wherever the package is installed, and works as a command-line argument. Without test paths
-``--wedge-scenarios[=NAMES]`` (or ``PYTEST_WEDGE_SCENARIOS``) runs only the catalog, with them
-both; the ini's ``wedge_scenarios`` adds the catalog to a run without test paths.
+"""``--wedge-scenarios``: the catalog as test items under one virtual collector, so a node id
+is ``wedge-scenarios::NAME`` wherever the package is installed.
 """
 
 from __future__ import annotations
@@ -16,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.plugin.console import bring_up, describe_bring_up
-from pytest_wedge.plugin.state import close_handles, open_handle, resolve_from
+from pytest_wedge.plugin.console import open_with_progress
+from pytest_wedge.plugin.state import close_handles, resolve_from
 
 if TYPE_CHECKING:
     from pytest_wedge.scenarios.catalog import Scenario
@@ -58,15 +54,9 @@ class ScenarioSelection:
             if hint:
                 facts["did you mean"] = hint
             facts["known"] = ", ".join(sorted(known))
-            raise pytest.UsageError(
-                str(
-                    ConfigError(
-                        f"Unknown scenario(s): {', '.join(unknown)}",
-                        facts=facts,
-                        fix="run `pytest --wedge-scenarios=list` to see the catalog",
-                    )
-                )
-            )
+            fix = "run `pytest --wedge-scenarios=list` to see the catalog"
+            error = ConfigError(f"Unknown scenario(s): {', '.join(unknown)}", facts=facts, fix=fix)
+            raise pytest.UsageError(str(error))
         self.selected = [s for s in self.all if wanted is None or s.name in wanted]
 
     def listing(self) -> str:
@@ -99,10 +89,7 @@ class ScenarioItem(pytest.Item):
 
         self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime
-        with bring_up(
-            self.config, describe_bring_up(self.config, spec.prefill, spec.decode, runtime)
-        ):
-            handle = open_handle(self, spec, runtime)
+        handle = open_with_progress(self, spec, runtime)
         self.user_properties.append(("wedge_router", spec.router.describe()))
         result = run_scenario(handle, self.scenario)
         if result.diagnosis is not None:  # JUnit XML properties for `make matrix`
@@ -119,9 +106,7 @@ class ScenarioItem(pytest.Item):
     def teardown(self) -> None:
         close_handles(self)
 
-    def repr_failure(
-        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
-    ) -> str | Any:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, WedgeError):
             return str(excinfo.value)  # our errors explain themselves; no internal traceback
         return super().repr_failure(excinfo)
@@ -149,10 +134,8 @@ def _split_ids(args: Sequence[str]) -> tuple[list[str] | None, list[str]]:
 def _selection(
     config: pytest.Config, ids: Sequence[str] | None = None, explicit: bool = False
 ) -> ScenarioSelection | None:
-    """The selection, or None when the catalog does not run.
-
-    Node ids on the command line select by themselves (with ``--wedge-scenarios`` if it is
-    given too); an ini ``wedge_scenarios`` counts only for a run without test paths."""
+    """The selection, or None when the catalog does not run (an ini ``wedge_scenarios`` counts
+    only for a run without test paths)."""
     try:
         setting = resolve_from(config, "wedge_scenarios")
         directories = [Path(p) for p in resolve_from(config, "wedge_scenario_dirs").value]
@@ -163,21 +146,10 @@ def _selection(
     values = [v for v in (option, *(ids or ())) if v]
     if not values:
         return None
-    sources = [
-        s
-        for s, used in (
-            (_source_name(setting.source), bool(option)),
-            ("the node id wedge-scenarios::NAME", bool(ids)),
-        )
-        if used
-    ]
+    names = {"command line": "--wedge-scenarios", "ini file": "ini wedge_scenarios"}
+    sources = [names.get(setting.source, setting.source)] if option else []
+    sources += ["the node id wedge-scenarios::NAME"] if ids else []
     return ScenarioSelection(",".join(values), directories, " and ".join(sources))
-
-
-def _source_name(source: str) -> str:
-    return {"command line": "--wedge-scenarios", "ini file": "ini wedge_scenarios"}.get(
-        source, source
-    )
 
 
 def configure(config: pytest.Config) -> None:
@@ -194,9 +166,7 @@ def configure(config: pytest.Config) -> None:
 
 
 def add_catalog(collector: pytest.Collector, report: pytest.CollectReport) -> None:
-    """Add the catalog's collector to the session's collection (``pytest_make_collect_report``
-    of the session), so it is collected, selected (``-k``, ``--deselect``) and reported
-    like any other node."""
+    """Add the catalog's collector to the session's, so ``-k`` and ``--deselect`` select it."""
     if not isinstance(collector, pytest.Session) or not report.passed:
         return
     if collector.config.stash.get(SELECTION_KEY, None) is None:

@@ -1,9 +1,5 @@
-"""The wedge text in the JUnit XML ``<system-out>`` of its test case.
-
-pytest writes ``system-out`` only under ``junit_logging``, and most CI test views (Jenkins,
-GitLab, GitHub's reporters) show ``system-out`` and ignore ``<properties>``. pytest offers no
-public way to add to a test case's element, so this uses junitxml's node reporter, the
-object pytest's own hook fills for the same report.
+"""The wedge text in its JUnit test case's ``<system-out>``, which CI views show (they ignore
+``<properties>``), through junitxml's node reporter: pytest has no public way to add to it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The wedge report of a failed, timed-out or interrupted test.
-
-It shows the evidence *at the moment of failure*: the moment taken when the exception left a
-``with wedge.fault(...)`` block; else the test's own ``diagnose()`` the failure carries; else a
-snapshot now, before teardown reverts anything. The diagnosis is the blind locator's, and the
-oracle's is shown when they disagree. Best effort: a part that cannot be had is named in the
-report, never turned into an internal error.
+"""The wedge report of a failed, timed-out or interrupted test: the evidence at the moment of
+failure (taken as the exception left a fault block, else the failure's own ``diagnose()``, else
+now, before teardown), the blind locator's diagnosis, and the oracle's when they disagree. Best
+effort: a part that cannot be had is named, never turned into an internal error.
 """
 
 from __future__ import annotations
@@ -77,9 +74,7 @@ def _fault_lines(wedge: Wedge, moment: Moment) -> list[str]:
 
 
 def _component_lines(wedge: Wedge) -> tuple[list[str], dict[str, Any]]:
-    """What ran, for the section and ``diagnosis.json``: each component's kind, version, binary
-    and how it started, then the traffic no link carries. A verdict about a router flag means
-    one thing on smg 1.13 and another on sglang-router 0.3.2, so the report names which ran."""
+    """What ran, for the section and ``diagnosis.json`` (``topology/what_ran.py``)."""
     try:
         described = describe_components(wedge.topology)
         bypass = not_proxied(wedge.topology.spec)
@@ -99,10 +94,7 @@ def build_report(
     extra_evidence: Callable[[Wedge, str], Sequence[str]] = lambda w, o: (),
     with_stacks: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """Report on ``wedge`` for the failure ``error``; returns (section text, report data).
-
-    ``context`` (node id, outcome, failure headline) goes into ``diagnosis.json``.
-    """
+    """(section text, report data) for ``error``; ``context`` goes into ``diagnosis.json``."""
     moment = moment_of_failure(wedge, error)
     found = moment.diagnosis
     # A copy: the extra evidence must not change the Diagnosis object the test holds.

@@ -1,21 +1,17 @@
 """One artifacts folder per run, like pytest's ``tmp_path``: ``run-N``, a ``latest`` link, and
-only the newest runs kept (``.gitignore`` ``*`` at the top).
-
-A run folder's ``.lock`` names the process that owns the run (``pid start``), so a run never
-removes a folder still in use. It is made on first use; under xdist the controller owns it
-and the workers find it by that owner (``.runs.lock`` serialises them).
+only the newest runs kept. A run's ``.lock`` names its owner process (``pid start``), so no run
+removes a folder in use; under xdist the workers find the controller's run by that owner.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_wedge.routers.envs import exclusive_lock
 from pytest_wedge.runtime.owner_tags import process_identity, same_process
 
 RUN_PREFIX = "run-"
@@ -54,10 +50,8 @@ def _point_latest(base: Path, run: Path) -> None:
 
 
 def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> list[Path]:
-    """Remove all but the newest ``keep`` runs (0 keeps every run); returns what was removed.
-
-    The current run and runs whose owner still runs are never removed.
-    """
+    """Remove all but the newest ``keep`` runs (0 keeps all), never the current run or one
+    whose owner still runs; returns what was removed."""
     if keep <= 0:
         return []
     runs = [path for _, path in _numbered_runs(base)]
@@ -71,20 +65,8 @@ def remove_old_runs(base: Path, keep: int, *, current: Path | None = None) -> li
 
 
 def this_process() -> str:
-    """The owner token of a run made by this process: ``pid start`` (its start ticks since
-    boot, which no step of the wall clock moves: see ``runtime/owner_tags.py``)."""
+    """The owner token of a run made by this process: ``pid start-ticks-since-boot``."""
     return f"{os.getpid()} {process_identity(os.getpid())}"
-
-
-@contextlib.contextmanager
-def _exclusive(root: Path) -> Iterator[None]:
-    """One process at a time picks or makes a run folder (xdist workers start together)."""
-    with (root / RUNS_LOCK).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _run_of(root: Path, owner: str) -> Path | None:
@@ -96,13 +78,12 @@ def _run_of(root: Path, owner: str) -> Path | None:
 
 
 def make_run_dir(base: str | Path, keep: int = 3, *, owner: str | None = None) -> Path:
-    """This run's folder under ``base``: the one ``owner`` already made (an xdist sibling
-    worker's), else the next ``run-N``, with ``latest`` pointed at it, the ``.gitignore``
-    written, and runs beyond the newest ``keep`` removed."""
+    """This run's folder: the one ``owner`` made (an xdist sibling's), else the next ``run-N``,
+    with ``latest`` pointed at it and runs beyond the newest ``keep`` removed."""
     root = Path(base).absolute()
     root.mkdir(parents=True, exist_ok=True)
     owner = owner or this_process()
-    with _exclusive(root):
+    with exclusive_lock(root / RUNS_LOCK):  # xdist workers start together
         found = _run_of(root, owner)
         if found is not None:
             return found

@@ -1,8 +1,5 @@
-"""One resolution of settings: marker > command line > environment > ini > default.
-
-Every setting has one help string shared by its option and its ini twin, and every resolved
-value remembers where it came from, so an error can say "--wedge-runtime=dokcer (from the
-command line)" rather than just "bad value".
+"""Settings resolved once: marker > command line > environment > ini > default. A resolved
+value remembers its source, so an error can say "--wedge-runtime=dokcer (from the command line)".
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ class Setting:
     name: str  # ini name; the option is --wedge-<name with dashes>
     help: str
     default: Any
-    env: str | None = None
     choices: tuple[str, ...] = ()
     allow_zero: bool = False
     kind: str = ""  # "paths" for a list of directories; otherwise the default's type decides
@@ -28,12 +24,12 @@ class Setting:
     has_option: bool = True  # False: an ini (and environment) setting only
 
     @property
-    def option(self) -> str:
-        return "--" + self.name.replace("_", "-")
+    def env(self) -> str:
+        return "PYTEST_" + self.name.upper()
 
     @property
-    def dest(self) -> str:
-        return self.name
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
 
     @property
     def ini_type(self) -> Literal["paths", "bool"] | None:
@@ -62,7 +58,6 @@ SETTINGS: dict[str, Setting] = {
             "wedge_scenarios",
             SCENARIOS_HELP,
             None,
-            env="PYTEST_WEDGE_SCENARIOS",
             const="all",
         ),
         Setting(
@@ -70,7 +65,6 @@ SETTINGS: dict[str, Setting] = {
             "Directories of your own scenario files (*.toml), added to the catalog "
             "(environment: separated by the OS path separator).",
             (),
-            env="PYTEST_WEDGE_SCENARIO_DIRS",
             kind="paths",
             has_option=False,
         ),
@@ -78,7 +72,6 @@ SETTINGS: dict[str, Setting] = {
             "wedge_runtime",
             "How components run: 'process' (local subprocesses) or 'docker' (containers).",
             "process",
-            env="PYTEST_WEDGE_RUNTIME",
             choices=("process", "docker"),
         ),
         Setting(
@@ -86,7 +79,6 @@ SETTINGS: dict[str, Setting] = {
             "The router kind of every topology that does not name another: 'smg' (default), "
             "'sglang-router' or 'vllm-router' (each pinned, in its own cached venv).",
             "smg",
-            env="PYTEST_WEDGE_ROUTER",
             choices=("smg", "sglang-router", "vllm-router"),
         ),
         Setting(
@@ -94,41 +86,35 @@ SETTINGS: dict[str, Setting] = {
             "Path of the toxiproxy-server binary (an ini value is relative to the ini file; "
             "default: the venv's bin/, the rootdir's bin/, $GOBIN, then PATH).",
             None,
-            env="PYTEST_WEDGE_TOXIPROXY",
         ),
         Setting(
             "wedge_artifacts",
             "Directory for wedge reports, ledgers, logs and timelines: one run-N folder per "
             "run (latest links to the newest), one folder per test inside it.",
             ".wedge-artifacts",
-            env="PYTEST_WEDGE_ARTIFACTS",
         ),
         Setting(
             "wedge_keep",
             "Keep artifacts of passing tests too (by default only failures keep theirs).",
             False,
-            env="PYTEST_WEDGE_KEEP",
         ),
         Setting(
             "wedge_keep_runs",
             "How many runs' artifact folders (run-N under the artifacts directory) to keep, "
             "the newest; older ones are removed when a run starts (0 keeps every run).",
             3,
-            env="PYTEST_WEDGE_KEEP_RUNS",
             allow_zero=True,
         ),
         Setting(
             "wedge_probe_interval",
             "Seconds between probe samples of every component during a test (0 turns it off).",
             1.0,
-            env="PYTEST_WEDGE_PROBE_INTERVAL",
             allow_zero=True,
         ),
         Setting(
             "wedge_ready_timeout",
             "Seconds a topology may take from start to ready before the start fails.",
             30.0,
-            env="PYTEST_WEDGE_READY_TIMEOUT",
         ),
     )
 }
@@ -157,16 +143,12 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
             if text in ("0", "false", "no", "off", ""):
                 return False
             raise ValueError(f"expected true or false, got {raw!r}")
-        if isinstance(setting.default, int) and not isinstance(setting.default, float):
-            count = int(str(raw).strip())
-            if count < 0 or (count == 0 and not setting.allow_zero):
+        if isinstance(setting.default, (int, float)):
+            is_int = isinstance(setting.default, int)
+            number = int(str(raw).strip()) if is_int else float(raw)
+            if number < 0 or (number == 0 and not setting.allow_zero):
                 raise ValueError("must be >= 0" if setting.allow_zero else "must be > 0")
-            return count
-        if isinstance(setting.default, float):
-            value = float(raw)
-            if value < 0 or (value == 0 and not setting.allow_zero):
-                raise ValueError("must be >= 0" if setting.allow_zero else "must be > 0")
-            return value
+            return number
     except ValueError as exc:
         raise ConfigError(
             f"Bad value for {setting.name}: {raw!r}",
@@ -195,8 +177,7 @@ def resolve(
     setting = SETTINGS[name]
     env: dict[str, str] | os._Environ[str] = os.environ if environ is None else environ
     candidates: list[tuple[Any, str]] = [(marker, "marker"), (cli, "command line")]
-    if setting.env:
-        candidates.append((env.get(setting.env), f"environment ({setting.env})"))
+    candidates.append((env.get(setting.env), f"environment ({setting.env})"))
     if ini is not None:
         ini_value = ini(name)
         candidates.append((ini_value if ini_value not in ("", [], None) else None, "ini file"))

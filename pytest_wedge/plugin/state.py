@@ -16,8 +16,8 @@ from pytest_wedge.plugin.settings import SETTINGS, Resolved, resolve
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
-    from pytest_wedge.plugin.marker import MarkerArgs
     from pytest_wedge.runtime.binaries import FoundToxiproxy
+    from pytest_wedge.spec.marker_args import MarkerArgs
     from pytest_wedge.spec.topology import TopologySpec
     from pytest_wedge.topology.session import WedgeSession
 
@@ -51,8 +51,7 @@ class WedgePlugin:
         from pytest_wedge.topology.running import find_executables
 
         try:
-            binary = self.toxiproxy().path
-            find_executables(binary)
+            find_executables(self.toxiproxy().path)
             if self.value("wedge_runtime") == "docker":
                 from pytest_wedge.runtime.docker import connect
 
@@ -62,9 +61,7 @@ class WedgePlugin:
             raise pytest.UsageError(str(exc)) from exc
 
     def toxiproxy(self) -> FoundToxiproxy:
-        """toxiproxy-server by the discovery order; an ini path is relative to the ini file,
-        and nothing depends on the working directory but a relative path given to the option
-        or the environment variable (see ``locate_toxiproxy``)."""
+        """toxiproxy-server by the discovery order (an ini path is relative to the ini file)."""
         from pytest_wedge.runtime.binaries import locate_toxiproxy
 
         setting = self.settings["wedge_toxiproxy"]
@@ -126,14 +123,11 @@ class WedgePlugin:
         hook = self.config.hook
 
         def factory(name: str, artifacts_dir: str, session_id: str) -> Any:
-            custom = hook.pytest_wedge_make_runtime(
-                name=name, artifacts_dir=artifacts_dir, session_id=session_id
-            )
-            if custom is not None:
-                return custom
             from pytest_wedge.runtime import make_runtime
 
-            return make_runtime(name, artifacts_dir, session_id)
+            where = {"name": name, "artifacts_dir": artifacts_dir, "session_id": session_id}
+            custom = hook.pytest_wedge_make_runtime(**where)
+            return custom if custom is not None else make_runtime(**where)
 
         session = WedgeSession(
             runtime=runtime,
@@ -170,9 +164,8 @@ def plugin_of(config: pytest.Config) -> WedgePlugin:
 
 @contextlib.contextmanager
 def plain_errors(config: pytest.Config) -> Iterator[None]:
-    """A topology that cannot come up fails the test with our error text alone: it names what
-    was checked, the log tail and the fix, where a traceback through pytest-wedge adds nothing
-    (``--full-trace`` still shows it)."""
+    """A topology that cannot come up fails the test with our error text alone (it has the log
+    tail and the fix; ``--full-trace`` still shows the traceback)."""
     try:
         yield
     except WedgeError as exc:
@@ -184,15 +177,12 @@ def plain_errors(config: pytest.Config) -> Iterator[None]:
 def marker_args(
     item: pytest.Item, args: Sequence[Any], kwargs: Mapping[str, Any], *, what: str
 ) -> MarkerArgs:
-    """The topology and runtime that ``what`` (the marker, or a factory call) asks for.
-
-    A mistake fails this one test, at setup, with the plain message and no traceback through
-    pytest-wedge; the runtime goes through the same precedence and checks as the option.
-    """
-    from pytest_wedge.plugin.marker import parse_marker
+    """The topology and runtime that ``what`` (the marker, or a factory call) asks for; a
+    mistake fails this one test, at setup."""
+    from pytest_wedge.spec.marker_args import parse_keywords
 
     try:
-        parsed = parse_marker(args, kwargs)
+        parsed = parse_keywords(args, kwargs)
         if parsed.runtime is not None:
             resolve_from(item.config, "wedge_runtime", marker=parsed.runtime)
     except ConfigError as exc:

@@ -35,11 +35,8 @@ A field's meaning is its attribute docstring in the code. To add a fault of your
 def package_faults() -> dict[str, type[Fault]]:
     """The registry's faults that ship with pytest-wedge. A user's own fault, registered by a
     conftest or a plugin in the same process, belongs to the user's docs, not these."""
-    return {
-        name: cls
-        for name, cls in FAULT_REGISTRY.items()
-        if cls.__module__.startswith("pytest_wedge.")
-    }
+    ours = FAULT_REGISTRY.items()
+    return {name: cls for name, cls in ours if cls.__module__.startswith("pytest_wedge.")}
 
 
 def fault_entries(cls: type[Fault]) -> list[Entry]:
@@ -91,9 +88,7 @@ def _module_title(module: str) -> str:
 
 def _summary() -> list[str]:
     rows = []
-    for name, cls in sorted(
-        package_faults().items(), key=lambda kv: _family_order(kv[1].__module__)
-    ):
+    for name, cls in sorted(package_faults().items(), key=lambda kv: _order(kv[1].__module__)):
         first = prose(own_docstring(cls)).split("\n\n")[0].split(". ")[0].rstrip(".")
         rows.append((f"[`{name}`](#{name.lower()})", _family(cls.__module__), first))
     return table(("kind", "family", "what it does"), rows)
@@ -104,10 +99,9 @@ def _family(module: str) -> str:
     return FAMILIES.get(basename, basename)
 
 
-def _family_order(module: str) -> int:
+def _order(module: str) -> int:
     order = list(FAMILIES.values())
-    family = _family(module)
-    return order.index(family) if family in order else len(order)
+    return order.index(_family(module)) if _family(module) in order else len(order)
 
 
 def render() -> str:
@@ -115,14 +109,8 @@ def render() -> str:
     for cls in package_faults().values():
         by_module.setdefault(cls.__module__, []).append(cls)
     body = [*_summary(), ""]
-    for module in sorted(by_module, key=_family_order):
-        classes = by_module[module]
-        body += [
-            f"## {_family(module).capitalize()} faults",
-            "",
-            prose(_module_title(module)),
-            "",
-        ]
-        for cls in classes:
+    for module in sorted(by_module, key=_order):
+        body += [f"## {_family(module).capitalize()} faults", "", prose(_module_title(module)), ""]
+        for cls in by_module[module]:
             body += _section(cls)
     return page("Faults", INTRO, body)

@@ -1,8 +1,5 @@
-"""Reading names, types, defaults and descriptions out of the code, for the reference pages.
-
-A dataclass field is described by its *attribute docstring*: a string literal right below the
-field, the convention Sphinx and mkdocstrings read too. It is found with ``ast`` in the source
-of the class or of the nearest base class that declares the field.
+"""Names, types, defaults and descriptions read out of the code for the reference pages; a field
+is described by its *attribute docstring* (the string right below it, as Sphinx reads it).
 """
 
 from __future__ import annotations
@@ -35,11 +32,8 @@ class Entry:
 
 
 def own_docstring(cls: type) -> str:
-    """The class's own docstring, cleaned; "" when it has none.
-
-    ``@dataclass`` writes a signature into ``__doc__`` when a class has no docstring; that is
-    not a description, and neither is a base class's docstring.
-    """
+    """The class's own docstring, cleaned; "" for none (nor the signature ``@dataclass``
+    writes, nor a base class's)."""
     doc = vars(cls).get("__doc__") or ""
     if doc.startswith(f"{cls.__name__}("):
         return ""

@@ -54,17 +54,9 @@ def option_entries(load: type[BackgroundLoad]) -> list[Entry]:
 
 
 def _load_section(load: type[BackgroundLoad], python: str, toml: str) -> list[str]:
-    doc = prose(own_docstring(load))
-    return [
-        f"## `{load.__name__}`",
-        "",
-        doc,
-        "",
-        f"In a test: {python}. In a scenario file: `{toml}`.",
-        "",
-        *entry_table(option_entries(load)),
-        "",
-    ]
+    where = f"In a test: {python}. In a scenario file: `{toml}`."
+    head = [f"## `{load.__name__}`", "", prose(own_docstring(load)), "", where, ""]
+    return [*head, *entry_table(option_entries(load)), ""]
 
 
 def render_harness() -> str:

@@ -1,10 +1,5 @@
-"""docs/reference/metrics.md: every metric the evidence reads, and what its value means.
-
-The meanings are one table (:mod:`pytest_wedge.evidence.metric_meanings`). Which metrics are
-read is found in the code: every string literal of the package that is a metric name, plus the
-engine names :mod:`pytest_wedge.evidence.parse` builds from its name lists. The stub workers
-produce metrics rather than read them, so they are left out.
-"""
+"""docs/reference/metrics.md: every metric the evidence reads (each metric-name literal of the
+package but the stubs', which produce them) and what its value means."""
 
 from __future__ import annotations
 
@@ -54,13 +49,9 @@ def metric_names_read(package: Path = PACKAGE) -> set[str]:
     for path in sorted(package.rglob("*.py")):
         if path.relative_to(package).as_posix().startswith(NOT_READERS):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and METRIC_NAME.match(node.value)
-            ):
-                found.add(node.value)
+        nodes = ast.walk(ast.parse(path.read_text(), str(path)))
+        texts = [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        found |= {text for text in texts if METRIC_NAME.match(text)}
     return found
 
 
@@ -76,14 +67,6 @@ def render() -> str:
     body: list[str] = []
     for source, (title, about) in SOURCES.items():
         rows = [_row(m) for m in METRIC_MEANINGS.values() if m.source == source]
-        body += [
-            f"## {title}",
-            "",
-            about,
-            "",
-            *table(
-                ("metric", "type", "labels read", "meaning", "what the evidence makes of it"), rows
-            ),
-            "",
-        ]
+        header = ("metric", "type", "labels read", "meaning", "what the evidence makes of it")
+        body += [f"## {title}", "", about, "", *table(header, rows), ""]
     return page("Metrics the evidence reads", INTRO, body)

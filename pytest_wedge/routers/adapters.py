@@ -1,8 +1,6 @@
-"""One small adapter per router kind: what differs between smg, sglang-router and vllm-router.
-
-Every fact here was measured (``shared/docs/router-protocol.md`` for smg 1.13,
-``shared/docs/routers.md`` for the other two) and most are shown by a test
-(``tests/integration/test_router_kinds.py``).
+"""One adapter per router kind: what differs between smg, sglang-router and vllm-router. Every
+fact was measured (router-protocol.md for smg 1.13, routers.md for the others); most are shown
+by tests/integration/test_router_kinds.py.
 """
 
 from __future__ import annotations
@@ -24,29 +22,35 @@ class RouterMetrics:
 
 @dataclass(frozen=True)
 class RouterAdapter:
-    name: str
-    package: str
+    name: str  # also its package and its console script
     version: str  # the pinned version
-    script: str  # its console script
-    isolated: bool  # True: runs from its own cached venv (routers/envs.py)
-    subcommand: tuple[str, ...]
-    pd_flag: str
-    bootstrap_in_prefill_arg: bool  # "--prefill URL BOOTSTRAP_PORT" (else "--prefill URL")
-    startup_args: tuple[str, ...]
     metrics: RouterMetrics
     origin: str  # how a request's origin survives to the workers
     stall: str  # how a stalled stream reaches the client
-    timeout: str  # how --request-timeout-secs reaches the client
-    retries: bool
-    keepalive: bool
-    waits_for_workers: bool  # the port opens only once every worker answers /health
-    # Its start-up probes wait on a worker whose port listens but that does not answer yet
-    # (rather than failing and backing off), so it may start together with its workers.
-    starts_with_workers: bool
-    unproxied: tuple[str, ...]  # traffic that does not cross a Toxiproxy link
+    timeout: str = "a hung worker: 502 after 5 attempts (5 x N s plus back-off)"
+    isolated: bool = True  # runs from its own cached venv (routers/envs.py)
+    subcommand: tuple[str, ...] = ("launch",)
+    pd_flag: str = "--pd-disaggregation"
+    bootstrap_in_prefill_arg: bool = True  # "--prefill URL BOOTSTRAP_PORT" (else "--prefill URL")
+    startup_args: tuple[str, ...] = ()
+    retries: bool = True
+    keepalive: bool = False
+    waits_for_workers: bool = False  # the port opens only once every worker answers /health
+    # Its start-up probes wait on a worker whose port listens but does not answer yet (rather
+    # than failing and backing off), so it may start together with its workers.
+    starts_with_workers: bool = False
+    unproxied: tuple[str, ...] = ()  # traffic that does not cross a Toxiproxy link
     # ... only when the workers speak another protocol than the router's own
     unproxied_other_protocol: tuple[str, ...] = ()
     ready_path: str = "/readiness"
+
+    @property
+    def package(self) -> str:
+        return self.name
+
+    @property
+    def script(self) -> str:
+        return self.name
 
     def argv(
         self,
@@ -59,19 +63,8 @@ class RouterAdapter:
         extra: Sequence[str] = (),
     ) -> list[str]:
         """The launch line: ``prefills`` are (link URL, real bootstrap port) pairs."""
-        argv = [
-            executable,
-            *self.subcommand,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            self.pd_flag,
-            "--prometheus-host",
-            host,
-            "--prometheus-port",
-            str(metrics_port),
-        ]
+        argv = [executable, *self.subcommand, "--host", host, "--port", str(port), self.pd_flag]
+        argv += ["--prometheus-host", host, "--prometheus-port", str(metrics_port)]
         for url, bootstrap in prefills:
             argv += ["--prefill", url, *([str(bootstrap)] if self.bootstrap_in_prefill_arg else [])]
         for url in decodes:
@@ -81,21 +74,12 @@ class RouterAdapter:
 
 SMG = RouterAdapter(
     name="smg",
-    package="smg",
     version="1.13.0",
-    script="smg",
-    isolated=False,
-    subcommand=("launch",),
-    pd_flag="--pd-disaggregation",
-    bootstrap_in_prefill_arg=True,
-    startup_args=(),
     metrics=RouterMetrics("smg_worker_requests_active", "smg_worker_health", "smg_worker_cb_state"),
     origin="body `user` and the `x-request-id-origin` header both reach the workers",
     stall="at --request-timeout-secs: an SSE error frame, then `data: [DONE]` (status 200)",
-    timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True,
+    isolated=False,
     keepalive=True,
-    waits_for_workers=False,
     starts_with_workers=True,
     unproxied=(
         "the registration-time TCP connect from the router to each prefill's real "
@@ -105,14 +89,7 @@ SMG = RouterAdapter(
 
 SGLANG_ROUTER = RouterAdapter(
     name="sglang-router",
-    package="sglang-router",
     version="0.3.2",
-    script="sglang-router",
-    isolated=True,
-    subcommand=("launch",),
-    pd_flag="--pd-disaggregation",
-    bootstrap_in_prefill_arg=True,
-    startup_args=(),
     # smg_worker_requests_active stays 0 while a request hangs on a worker in this version;
     # only the connection gauge rises (routers.md A5).
     metrics=RouterMetrics(
@@ -122,27 +99,11 @@ SGLANG_ROUTER = RouterAdapter(
     "and every unknown field",
     stall="at --request-timeout-secs: the chunked stream is cut without its last chunk "
     "(no error frame, no [DONE]); no SSE keep-alive, so a client idle timeout fires",
-    timeout="a hung worker: 502 after 5 attempts (5 x N s plus back-off)",
-    retries=True,
-    keepalive=False,
-    waits_for_workers=False,
-    starts_with_workers=False,
-    unproxied=(),
 )
 
 VLLM_ROUTER = RouterAdapter(
     name="vllm-router",
-    package="vllm-router",
     version="0.1.17",
-    script="vllm-router",
-    isolated=True,
-    subcommand=(),
-    pd_flag="--vllm-pd-disaggregation",
-    bootstrap_in_prefill_arg=False,
-    # It polls worker health every 30 s at start by default: 1 s keeps bring-up short.
-    # round_robin: the default cache_aware policy sends /render and /tokenize to both workers
-    # before every request, which is not the PD traffic under test.
-    startup_args=("--worker-startup-check-interval", "1", "--policy", "round_robin"),
     metrics=RouterMetrics(
         "vllm_router_pd_active_decode_requests", "vllm_router_worker_health", None
     ),
@@ -151,11 +112,15 @@ VLLM_ROUTER = RouterAdapter(
     stall="at --request-timeout-secs: the stream is cut without its last chunk (no error "
     "frame); no keep-alive",
     timeout="a hung worker: 500 at exactly N s (no retries; the breaker never trips)",
+    subcommand=(),
+    pd_flag="--vllm-pd-disaggregation",
+    bootstrap_in_prefill_arg=False,
+    # Worker health is polled every 30 s at start by default: 1 s keeps bring-up short.
+    # round_robin: the default cache_aware policy sends /render and /tokenize to both workers
+    # before every request, which is not the PD traffic under test.
+    startup_args=("--worker-startup-check-interval", "1", "--policy", "round_robin"),
     retries=False,
-    keepalive=False,
     waits_for_workers=True,
-    starts_with_workers=False,
-    unproxied=(),
     unproxied_other_protocol=(
         "with SGLang-protocol workers the decode does no KV fetch "
         "(vllm-router sends no bootstrap room), so the decode-j->prefill-i "

@@ -1,10 +1,7 @@
-"""Cached, isolated venvs for pinned router packages, made on first use.
-
-sglang-router ships its own ``smg`` script, so it cannot share a venv with ``smg``. Each pinned
-package gets a venv under ``$PYTEST_WEDGE_ENV_DIR``, else ``$XDG_CACHE_HOME/pytest-wedge/envs``,
-else ``~/.cache/pytest-wedge/envs``, named ``PACKAGE-VERSION``. A ``.pytest-wedge-env.json``
-marker, written last, says it is ready; an ``fcntl`` lock on ``PACKAGE-VERSION.lock`` makes two
-xdist workers that start together make it once.
+"""Cached venvs for pinned router packages (sglang-router ships its own ``smg`` script, so it
+cannot share one), made on first use under ``$PYTEST_WEDGE_ENV_DIR``, else
+``$XDG_CACHE_HOME/pytest-wedge/envs``, else ``~/.cache/pytest-wedge/envs``. A marker file, written
+last, says one is ready; a lock file makes xdist workers that start together make it once.
 """
 
 from __future__ import annotations
@@ -21,15 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_wedge.errors import MissingBinaryError
+from pytest_wedge.errors import MissingBinaryError, file_tail
 
 ENV_DIR_VARIABLE = "PYTEST_WEDGE_ENV_DIR"
 MARKER = ".pytest-wedge-env.json"
-INSTALL_TIMEOUT_S = 600.0
+INSTALL_S = 600.0  # the longest a venv's creation may take
 
 
 def cache_root() -> Path:
-    """Where the isolated environments live (see the module docstring for the order)."""
     explicit = os.environ.get(ENV_DIR_VARIABLE)
     if explicit:
         return Path(explicit)
@@ -71,16 +67,13 @@ def ready_env(package: str, version: str, root: Path | None = None) -> IsolatedE
 
 
 def ensure_env(package: str, version: str, root: Path | None = None) -> IsolatedEnv:
-    """The cached environment for ``package==version``, created on first use.
-
-    A second call (in this process, another run, or another xdist worker) runs no installer.
-    """
+    """The cached environment for ``package==version``, created on first use."""
     found = ready_env(package, version, root)
     if found is not None:
         return found
     path = env_path(package, version, root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path.with_name(path.name + ".lock")):
+    with exclusive_lock(path.with_name(path.name + ".lock")):
         found = ready_env(package, version, root)  # another worker made it while we waited
         if found is not None:
             return found
@@ -91,7 +84,8 @@ def ensure_env(package: str, version: str, root: Path | None = None) -> Isolated
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
+def exclusive_lock(lock_path: Path) -> Iterator[None]:
+    """Held by one process at a time (xdist workers share caches and the docker daemon)."""
     with open(lock_path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -105,56 +99,31 @@ def _create(package: str, version: str, path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)  # a half-made leftover of an interrupted creation
     started = time.monotonic()
     log = path.with_name(path.name + ".install.log")
+    pip = [sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install"]
     steps = [
         [sys.executable, "-m", "venv", "--without-pip", str(path)],
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(path / "bin" / "python"),
-            "install",
-            "--quiet",
-            f"{package}=={version}",
-        ],
+        [*pip, "--quiet", f"{package}=={version}"],
     ]
     with open(log, "a") as out:  # appended: a second creation would show in it
         for argv in steps:
             out.write("$ " + " ".join(argv) + "\n")
             out.flush()
             try:
-                done = subprocess.run(
-                    argv,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    timeout=INSTALL_TIMEOUT_S,
-                    check=False,
-                )
-                failed = done.returncode != 0
+                null = subprocess.DEVNULL
+                code = subprocess.call(argv, stdin=null, stdout=out, stderr=out, timeout=INSTALL_S)
             except subprocess.TimeoutExpired:
-                failed = True
-            if failed:
+                code = -1
+            if code != 0:
                 shutil.rmtree(path, ignore_errors=True)
                 raise MissingBinaryError(
                     f"Could not create the isolated environment for {package}=={version}",
                     facts={"step": " ".join(argv), "environment": path, "install log": log},
-                    log_tail=_tail(log),
+                    log_tail=file_tail(log, 20),
                     fix=f"check that pip can reach the package index, or create it by hand: "
                     f"python -m venv {path} && {path}/bin/pip install {package}=={version}, "
                     f'then write {{"package": "{package}", "version": "{version}"}} to '
                     f"{path / MARKER}",
                 )
-    marker = {
-        "package": package,
-        "version": version,
-        "created_s": round(time.monotonic() - started, 1),
-    }
+    seconds = round(time.monotonic() - started, 1)
+    marker = {"package": package, "version": version, "created_s": seconds}
     (path / MARKER).write_text(json.dumps(marker))
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

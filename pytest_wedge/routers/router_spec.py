@@ -1,9 +1,6 @@
-"""Which router a topology runs: ``RouterSpec``, pure data.
-
-A built-in kind (``smg``, ``sglang-router``, ``vllm-router``) started from its adapter; a
-``command`` template (``routers/template.py``); or a ``url`` of a router already running, which
-the plugin fronts with the ``client->router`` proxy but never starts. ``like`` names the
-built-in whose protocol a ``command`` or ``url`` router speaks.
+"""Which router a topology runs (``RouterSpec``): a built-in kind started from its adapter, a
+``command`` template, or the ``url`` of a running router that the plugin fronts but never
+starts; ``like`` names the built-in a ``command`` or ``url`` router behaves like.
 """
 
 from __future__ import annotations
@@ -11,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.template import check_kind
 
 BUILT_IN = ("smg", "sglang-router", "vllm-router")
 KINDS = (*BUILT_IN, "command", "url")
 WORKER_PROTOCOLS = ("sglang", "vllm")
-# "auto": the workers speak the router's own protocol (``RouterSpec.worker_protocol``).
 AUTO_PROTOCOL = "auto"
 
 
@@ -24,13 +21,11 @@ class RouterSpec:
     """How the router starts. ``RouterSpec()`` is the built-in smg."""
 
     kind: str = "smg"
-    # command: argv template (see routers/template.py for the placeholders)
-    command: tuple[str, ...] = ()
-    # url: where the running router listens, and where its Prometheus metrics are
+    command: tuple[str, ...] = ()  # an argv template (routers/template.py)
     url: str | None = None
     metrics_url: str | None = None
-    # url: the worker addresses the running router was started with. They become the listen
-    # sides of the router->worker links, so its traffic to our workers crosses Toxiproxy.
+    # url: the worker ports the running router was started with, which become the listen
+    # sides of the router->worker links, so its traffic crosses Toxiproxy.
     prefill_listen: tuple[int, ...] = ()
     decode_listen: tuple[int, ...] = ()
     bootstrap_ports: tuple[int, ...] = ()
@@ -38,29 +33,20 @@ class RouterSpec:
     ready_path: str | None = None  # default: the adapter's (``/readiness`` for all three)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(
-                f"Unknown router kind {self.kind!r}",
-                facts={"known kinds": ", ".join(KINDS)},
-                fix="use router='smg' (default), 'sglang-router', 'vllm-router', or a dict "
-                "{'kind': 'command', 'command': [...]} / {'kind': 'url', 'url': ...}",
-            )
+        fix = (
+            "use router='smg' (default), 'sglang-router', 'vllm-router', or a dict "
+            "{'kind': 'command', 'command': [...]} / {'kind': 'url', 'url': ...}"
+        )
+        example = (
+            "router={'kind': 'command', 'command': ['smg', 'launch', '--host', '{host}', "
+            "'--port', '{port}', ...]}"
+        )
+        check_kind("router", self.kind, KINDS, fix, self.command, example)
         if self.like not in BUILT_IN:
             raise ConfigError(
                 f"Unknown router dialect like={self.like!r}",
                 facts={"known": ", ".join(BUILT_IN)},
                 fix="set like to the built-in router your build is",
-            )
-        if self.kind == "command" and not self.command:
-            raise ConfigError(
-                "A command router needs its command template",
-                fix="pass router={'kind': 'command', 'command': ['smg', 'launch', "
-                "'--host', '{host}', '--port', '{port}', ...]}",
-            )
-        if self.kind != "command" and self.command:
-            raise ConfigError(
-                f"command= is only for kind='command' (got kind={self.kind!r})",
-                fix="drop command=, or set kind='command'",
             )
         if self.kind == "url":
             self._check_url()
@@ -131,14 +117,11 @@ def check_worker_protocol(protocol: str) -> None:
 def resolve_worker_protocol(
     asked: str, stub: str, router: RouterSpec, follows: bool
 ) -> tuple[str, bool]:
-    """One protocol for the stubs from its two spellings, ``worker_protocol`` (``asked``) and
-    ``stub={"protocol": ...}`` (``stub``, "sglang" when not given): an explicit choice wins, a
-    contradiction is an error, and left alone (``follows``) the router decides. Returns the
-    protocol and whether it follows the router."""
+    """(protocol, follows the router) from ``worker_protocol`` (``asked``) and the stub's
+    protocol: an explicit choice wins, a contradiction is an error, else the router decides."""
     check_worker_protocol(asked)
     if follows and stub != asked:
-        # A spec that followed its router carries its resolved protocol in both spellings;
-        # ``dataclasses.replace(spec, stub=...)`` that changed the stub's is an explicit choice.
+        # ``replace(spec, stub=...)`` changed a followed protocol: an explicit choice.
         return stub, False
     follows = follows or (asked == AUTO_PROTOCOL and stub == "sglang")
     if follows:

@@ -1,10 +1,6 @@
-"""A ``command`` router's or worker's template, rendered: placeholders for its links' listen sides.
-
-Each argument is formatted with ``str.format``; the placeholders are documented, with examples,
-in docs/testing-your-own-stack.md (``ROUTER_PLACEHOLDERS``, ``WORKER_PLACEHOLDERS`` below). An
-argument that is exactly a list placeholder (``{prefill_urls}``, ``{stub_args}``, ...) expands
-to one argument per item; one with ``[*]`` in place of an index is repeated once per prefill.
-A template given as one string is split with ``shlex``.
+"""A ``command`` router's or worker's argv template, rendered with ``str.format`` (placeholders:
+docs/testing-your-own-stack.md). A whole-argument list placeholder (``{stub_args}``) expands to
+one argument per item; ``[*]`` in place of an index repeats the argument once per prefill.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ EACH_PREFILL = "[*]"
 
 @dataclass(frozen=True)
 class Placeholders:
-    """The placeholders one kind of component may name: scalars (``{x}``, ``{x[i]}``) and
-    lists (a whole argument ``{x}`` that expands to several)."""
+    """The placeholders a component may name: scalars (``{x}``, ``{x[i]}``) and lists."""
 
     scalars: tuple[str, ...]
     lists: tuple[str, ...]
@@ -35,19 +30,9 @@ class Placeholders:
 
 
 ROUTER_PLACEHOLDERS = Placeholders(SCALARS, LISTS)
+_WORKER_SCALARS = "host port metrics_port name role bootstrap_port prefill_bootstrap_port"
 WORKER_PLACEHOLDERS = Placeholders(
-    (
-        "host",
-        "port",
-        "metrics_port",
-        "name",
-        "role",
-        "bootstrap_port",
-        "prefill_bootstrap_port",
-        "prefill_bootstrap",
-        "python",
-    ),
-    ("stub_args",),
+    (*_WORKER_SCALARS.split(), "prefill_bootstrap", "python"), ("stub_args",)
 )
 
 
@@ -78,8 +63,8 @@ class TemplateValues:
 
 @dataclass(frozen=True)
 class WorkerValues:
-    """One worker's values. ``bootstrap_port`` is None on a decode, ``prefill_bootstraps``
-    empty on a prefill: a template naming them there is refused with the reason."""
+    """One worker's values; a decode has no ``bootstrap_port``, a prefill no
+    ``prefill_bootstraps`` (a template naming them there is refused)."""
 
     host: str
     port: int
@@ -111,6 +96,23 @@ class WorkerValues:
 
 def split_template(template: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(shlex.split(template)) if isinstance(template, str) else tuple(template)
+
+
+def check_kind(
+    what: str, kind: str, known: Sequence[str], fix: str, command: Sequence[str], example: str
+) -> None:
+    """``kind`` is known; a ``command`` kind has its template, and only that kind has one."""
+    if kind not in known:
+        raise ConfigError(
+            f"Unknown {what} kind {kind!r}", facts={"known kinds": ", ".join(known)}, fix=fix
+        )
+    if kind == "command" and not command:
+        raise ConfigError(f"A command {what} needs its command template", fix=f"pass {example}")
+    if kind != "command" and command:
+        raise ConfigError(
+            f"command= is only for kind='command' (got kind={kind!r})",
+            fix="drop command=, or set kind='command'",
+        )
 
 
 def _whole(arg: str) -> str:

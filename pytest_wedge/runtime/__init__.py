@@ -1,7 +1,5 @@
 """How components run: local processes (default) or Docker containers, behind one protocol.
-
-The names below load on first use: the plugin's header reads ``runtime.binaries`` in every
-pytest run, and the readiness loop would bring httpx with it.
+The names load on first use: the header reads ``runtime.binaries`` in every pytest run.
 """
 
 from __future__ import annotations

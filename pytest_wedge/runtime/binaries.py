@@ -1,9 +1,6 @@
-"""The programs a topology runs besides Python: where each is, and which version it is.
-
-Toxiproxy is found by one discovery order (:func:`locate_toxiproxy`). For the session header
-and ``pytest-wedge doctor`` this stays cheap: no HTTP client is imported, smg's version comes
-from its package metadata, and a binary's ``-version`` answer is remembered per path, size and
-modification time.
+"""The programs a topology runs besides Python: where each is and which version. Cheap for the
+header and ``doctor``: no HTTP client, smg's version from its metadata, a binary's ``-version``
+remembered per path, size and mtime.
 """
 
 from __future__ import annotations
@@ -116,8 +113,7 @@ def locate_toxiproxy(
 
 
 def find_toxiproxy(explicit: str | None = None, project_root: Path | None = None) -> str:
-    """The path of toxiproxy-server by :func:`locate_toxiproxy`'s order; ``project_root`` is
-    the rootdir (default: the working directory)."""
+    """toxiproxy-server by :func:`locate_toxiproxy`; the rootdir is ``project_root`` or cwd."""
     return locate_toxiproxy(explicit, rootdir=project_root or Path.cwd()).path
 
 
@@ -146,18 +142,9 @@ def _stat_key(path: str) -> tuple[str, int, int] | None:
     return (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
 
 
-def binary_version(
-    path: str,
-    flag: str = "-version",
-    *,
-    cache: MutableMapping[str, Any] | None = None,
-    timeout_s: float = 10.0,
-) -> str | None:
-    """The version ``path flag`` prints (``toxiproxy-server -version``), or None.
-
-    Remembered in this process, and in ``cache`` (a JSON-able mapping such as pytest's
-    ``config.cache`` entry) across processes, keyed by the binary's path, mtime and size.
-    """
+def binary_version(path: str, *, cache: MutableMapping[str, Any] | None = None) -> str | None:
+    """The version ``path -version`` prints, or None; remembered here and in ``cache`` (pytest's
+    cache entry) by the binary's path, mtime and size."""
     key = _stat_key(path)
     if key is None:
         return None
@@ -167,23 +154,18 @@ def binary_version(
     if cache is not None and isinstance(cache.get(cache_key), str):
         _versions[key] = cache[cache_key]
         return _versions[key]
-    version = probe_version([path, flag], timeout_s=timeout_s)
+    version = probe_version([path, "-version"])
     _versions[key] = version
     if cache is not None and version is not None:
         cache[cache_key] = version
     return version
 
 
-def probe_version(argv: list[str], *, timeout_s: float = 10.0) -> str | None:
+def probe_version(argv: list[str]) -> str | None:
     """The first version number ``argv`` prints, or None when it does not run or print one."""
     try:
         done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
+            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -1,10 +1,7 @@
-"""The docker runtime: each component one host-networked container, driven by docker-py.
-
-Containers run the process runtime's command lines from an image of this host's files
-(``runtime/images.py``); host networking keeps every port on 127.0.0.1. The engine may be
-remote (``DOCKER_HOST=tcp://...``): the image and the logs travel through the API, nothing is
-bind-mounted, and host PIDs are used only when the engine is local. ``start`` returns at once;
-every other call on that component first waits for its start, and raises its failure.
+"""The docker runtime: each component a host-networked container running the process runtime's
+command line from an image of this host's files. The engine may be remote: nothing is
+bind-mounted, and host PIDs are used only when it is local. ``start`` returns at once; every
+other call on that component first waits for its start, and raises its failure.
 """
 
 from __future__ import annotations
@@ -34,15 +31,8 @@ LABEL_COMPONENT = "pytest-wedge.component"
 # Owner PIDs mean something only in the PID namespace (and boot) that wrote them.
 LABEL_PIDNS = "pytest-wedge.pidns"
 __all__ = ["DockerRuntime", "NoDockerDaemon", "connect"]
-_STATES: dict[str, ComponentState] = {
-    "running": "running",
-    "created": "running",
-    "restarting": "running",
-    "paused": "paused",
-    "exited": "exited",
-    "dead": "exited",
-    "removing": "exited",
-}
+_STATES: dict[str, ComponentState] = {"paused": "paused", "dead": "exited", "removing": "exited"}
+_STATES |= {"running": "running", "created": "running", "restarting": "running", "exited": "exited"}
 
 
 def pid_namespace() -> str:
@@ -108,13 +98,9 @@ class DockerRuntime(LogFiles):
         self._remove(name)
         with open(self.logs_dir / f"{name}.log", "ab") as log:
             log.write(f"--- start ({self.image}): {' '.join(component.argv)}\n".encode())
-        env = {
-            **dict(component.env),
-            SESSION_ENV: self.session_id,
-            OWNER_ENV: self._owner,
-            "PYTHONUNBUFFERED": "1",
-            **package_path(),
-        }
+        tags = {SESSION_ENV: self.session_id, OWNER_ENV: self._owner, "PYTHONUNBUFFERED": "1"}
+        env = {**dict(component.env), **tags, **package_path()}
+        labels = {LABEL_SESSION: self.session_id, LABEL_OWNER: self._owner, LABEL_COMPONENT: name}
         try:
             container = self._client.containers.create(
                 self.image,
@@ -123,12 +109,7 @@ class DockerRuntime(LogFiles):
                 environment=env,
                 network_mode="host",
                 init=True,  # without it Python as PID 1 ignores SIGTERM and stop() takes 10 s
-                labels={
-                    LABEL_SESSION: self.session_id,
-                    LABEL_OWNER: self._owner,
-                    LABEL_COMPONENT: name,
-                    LABEL_PIDNS: self._pidns,
-                },
+                labels={**labels, LABEL_PIDNS: self._pidns},
             )
             self._containers[name] = container
             container.start()
@@ -207,11 +188,8 @@ class DockerRuntime(LogFiles):
         except docker.errors.NotFound:
             return  # removed meanwhile
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            if (
-                isinstance(exc, docker.errors.APIError)
-                and exc.status_code == 409
-                and ("is not running" in str(exc))
-            ):
+            conflict = isinstance(exc, docker.errors.APIError) and exc.status_code == 409
+            if conflict and "is not running" in str(exc):
                 return  # exited between our look and the call
             raise ComponentControlError(
                 f"Docker could not {action} {name}",
@@ -261,8 +239,7 @@ class DockerRuntime(LogFiles):
 
     # -- introspection ---------------------------------------------------------------------
     def pid(self, name: str) -> int | None:
-        """The program's host PID (not docker-init's); None on an engine reached over TCP,
-        whose PIDs are not this machine's."""
+        """The program's host PID (not docker-init's); None when the engine is not local."""
         if not self._local_pids:
             return None
         container = self._reload(name)
@@ -317,8 +294,7 @@ def package_path() -> dict[str, str]:
 
 
 def sweep_containers(client: Any = None) -> list[str]:
-    """Remove containers of pytest-wedge sessions whose owning pytest is gone (judged only
-    for owners in this PID namespace)."""
+    """Remove containers of sessions whose owner (in this PID namespace) is gone."""
     own_client = client is None
     client = client or connect()
     here = pid_namespace()

@@ -1,8 +1,5 @@
-"""Reaching a Docker daemon: a client, or an error that says whether anything answered.
-
-"Nothing answered" (no SDK, connection refused, no socket, no reply in time) is the one case a
-caller may treat as "Docker is not here" and skip; a daemon that answered with an error, or a
-malformed ``DOCKER_HOST``, is a real failure and must not be mistaken for an absent daemon.
+"""Reaching a Docker daemon. Only "nothing answered" may be taken for "Docker is not here" and
+skipped; a daemon that answered with an error, or a malformed ``DOCKER_HOST``, is a failure.
 """
 
 from __future__ import annotations
@@ -42,11 +39,7 @@ def unanswered(exc: BaseException | None) -> bool:
 
 
 def connect(timeout_s: float = 10.0) -> Any:
-    """A docker-py client whose daemon answered a ping.
-
-    Raises :class:`NoDockerDaemon` when nothing answered, and a plain :class:`ConfigError`
-    when something answered with an error.
-    """
+    """A docker-py client whose daemon answered a ping (else :class:`NoDockerDaemon`)."""
     try:
         import docker
         import requests.exceptions
@@ -77,24 +70,15 @@ def connect(timeout_s: float = 10.0) -> Any:
 
 
 def local_engine(client: Any) -> bool:
-    """Is the engine reached over a local socket, so that its PIDs are this machine's?
-
-    docker-py names a unix socket or a Windows named pipe ``http+docker://``; TCP (with or
-    without TLS) is ``http://`` or ``https://``, even to 127.0.0.1, where the engine may be a
-    tunnel's far end."""
+    """Is the engine reached over a local socket (``http+docker://``), so that its PIDs are
+    this machine's? TCP, even to 127.0.0.1, may be a tunnel's far end."""
     api = getattr(client, "api", None)  # a stand-in client without one counts as local
     return str(getattr(api, "base_url", "http+docker://")).startswith("http+docker://")
 
 
 def _from_env(timeout_s: float) -> Any:
-    """``docker.from_env``, except that the engine's CA from ``DOCKER_CERT_PATH`` is what
-    verifies it.
-
-    docker-py keeps the CA in its requests session, and requests lets ``REQUESTS_CA_BUNDLE``
-    or ``CURL_CA_BUNDLE`` (common on CI runners) replace a session's CA on every request, so a
-    TLS engine fails to verify (docker/docker-py#2433, open). The API client here passes the
-    session's own CA to each request instead, which requests then keeps.
-    """
+    """``docker.from_env`` whose engine is verified by ``DOCKER_CERT_PATH``'s CA even when
+    ``REQUESTS_CA_BUNDLE`` is set, as on CI runners (docker/docker-py#2433)."""
     import docker
 
     class EngineAPIClient(docker.APIClient):  # type: ignore[misc]

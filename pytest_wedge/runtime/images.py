@@ -1,16 +1,12 @@
-"""Offline images for the docker runtime: a root filesystem taken from this host's own files.
-
-Nothing can be pulled, so the venv, the CPython it links to, the package, Toxiproxy, a router's
-own venv and the ``ldd`` closure of their ELF files go into one tar stream for ``docker
-import``. Every file keeps its absolute host path (shebangs, ``pyvenv.cfg`` and RUNPATHs point
-at it), so the process runtime's command lines work unchanged. The tag hashes the file list
-with sizes and mtimes: an unchanged tree is built once.
+"""Offline images for the docker runtime: nothing can be pulled, so the venv, its CPython, the
+package, Toxiproxy, a router's venv and their ``ldd`` closure go into one ``docker import`` tar,
+each file at its host path (so the process runtime's command lines work unchanged). The tag
+hashes the file list with sizes and mtimes: an unchanged tree is built once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import os
@@ -27,6 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.routers.envs import exclusive_lock
 from pytest_wedge.runtime.binaries import find_toxiproxy
 from pytest_wedge.runtime.programs import CONTAINER_PATH
 
@@ -252,26 +249,13 @@ def _chunks(paths: list[str], errors: list[BaseException]) -> Iterator[bytes]:
     writer.join()
 
 
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    # xdist workers share one daemon; one builds while the others wait and then find the tag.
-    path = Path(tempfile.gettempdir()) / "pytest-wedge-image.lock"
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 _cache: dict[tuple[str, tuple[str, ...]], ImageInfo] = {}
 
 
 def default_extras() -> list[str]:
-    """Programs every image carries besides the venv: the interpreter by the path the stubs'
-    command lines name (a symlinked venv reaches it by another path than ``sys.prefix``; without
-    it here, the first stub would cost a second image), and the project's Toxiproxy."""
-
+    """The interpreter by the path the stubs' command lines name (a symlinked venv's differs
+    from ``sys.prefix``) and the project's Toxiproxy: without them the first stub costs a
+    second image."""
     extras = [sys.executable]
     with contextlib.suppress(Exception):
         extras.append(find_toxiproxy(None, Path(__file__).resolve().parents[2]))
@@ -279,10 +263,8 @@ def default_extras() -> list[str]:
 
 
 def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
-    """The image for this interpreter, the default extras and ``extra`` files.
-
-    Built only if its tag is missing; looked up once per process and daemon.
-    """
+    """The image for this interpreter, the default extras and ``extra``; built only if its tag
+    is missing, looked up once per process and daemon."""
     import docker.errors
 
     extra = sorted({*default_extras(), *extra})
@@ -292,7 +274,8 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
     started = time.monotonic()
     plan = collect(extra)
     digest, tag = plan.digest, f"{REPOSITORY}:{plan.digest}"
-    with _build_lock():
+    # xdist workers share one daemon: one builds while the others wait and then find the tag.
+    with exclusive_lock(Path(tempfile.gettempdir()) / "pytest-wedge-image.lock"):
         built = False
         try:
             image = client.images.get(tag)
@@ -300,13 +283,8 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
             errors: list[BaseException] = []
             plan.add_libraries()
             try:
-                client.api.import_image(
-                    src=_chunks(plan.paths, errors),
-                    repository=REPOSITORY,
-                    tag=digest,
-                    changes=_CHANGES,
-                    stream_src=True,
-                )
+                tar = _chunks(plan.paths, errors)
+                client.api.import_image(tar, REPOSITORY, digest, changes=_CHANGES, stream_src=True)
                 image = client.images.get(tag)
             except (docker.errors.DockerException, OSError) as exc:
                 raise ImageBuildError(
@@ -322,22 +300,17 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
                 ) from exc
             built = True
             _prune_old(client, keep=tag)
-    info = ImageInfo(
-        tag,
-        built,
-        time.monotonic() - started,
-        int(image.attrs.get("Size", 0)),
-        frozenset(plan.paths),
-    )
+    size = int(image.attrs.get("Size", 0))
+    info = ImageInfo(tag, built, time.monotonic() - started, size, frozenset(plan.paths))
     _cache[key] = info
     return info
 
 
-def _prune_old(client: Any, keep: str, recent: int = 3) -> None:
-    """Drop superseded builds but the ``recent`` newest: one image per router venv, so runs that
+def _prune_old(client: Any, keep: str) -> None:
+    """Drop superseded builds but the three newest: one image per router venv, so runs that
     alternate router kinds reuse theirs. One used by a container stays (removal is not forced)."""
     images = sorted(client.images.list(name=REPOSITORY), key=lambda i: i.attrs.get("Created", ""))
-    for image in images[:-recent]:
+    for image in images[:-3]:
         if keep not in image.tags:
             with contextlib.suppress(Exception):
                 client.images.remove(image.id, force=False, noprune=False)

@@ -24,13 +24,9 @@ FIRST_POLL_S = 0.002
 
 @runtime_checkable
 class Runtime(Protocol):
-    """Starts and controls components. Implementations: process, docker.
-
-    ``start`` returns at once; readiness is checked by :func:`wait_ready`, so components start
-    in parallel and share one deadline. Starting a name that is running or paused raises
-    :class:`AlreadyRunningError` (use ``restart`` to replace it); an exited name starts again.
-    An action the runtime could not carry out raises :class:`ComponentControlError`; acting on
-    a component that is already gone (``kill`` of an exited one) is a no-op.
+    """Starts and controls components (process, docker). ``start`` returns at once (readiness:
+    :func:`wait_ready`); starting a running name raises :class:`AlreadyRunningError`; a failed
+    action raises :class:`ComponentControlError`; acting on a gone component is a no-op.
     """
 
     name: str
@@ -85,11 +81,8 @@ def wait_ready(
     poll_s: float = 0.02,
     clock: Clock = MONOTONIC,
 ) -> float:
-    """Poll every component's ready URL until all answer 2xx, under one deadline.
-
-    A component that exits is reported at once with its exit code and log tail, never waited
-    out. Returns the seconds it took.
-    """
+    """Poll every ready URL until all answer 2xx under one deadline (a component that exits is
+    reported at once); returns the seconds it took."""
     pending = {c.name: c for c in components}
     last_error: dict[str, str] = {}
     with loopback_client(timeout=1.0) as client:
@@ -162,9 +155,8 @@ def _status(pid: int) -> str:
 
 
 def wait_stopped(name: str, pid: int, timeout_s: float = 5.0) -> None:
-    """Return once ``pid`` is stopped (or gone: nothing is left to hold). SIGSTOP takes effect
-    when the kernel next schedules the process, which on a loaded machine is after ``killpg``
-    returned: a Pause that returned early would let the next request through."""
+    """Return once ``pid`` is stopped or gone: SIGSTOP acts when the kernel next schedules it,
+    and a Pause that returned early would let the next request through."""
     held = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, "gone")
     if not poll(lambda: _status(pid) in held, timeout_s=timeout_s, interval_s=0.005).met:
         raise ComponentControlError(

@@ -1,11 +1,7 @@
-"""The one way the process runtime starts a component's process: :meth:`Launcher.launch`.
-
-Our stub (``python -m pytest_wedge.stubs ...``) is forked by the stub fork server of its
-interpreter, which imported the worker's modules once: a worker is up in milliseconds instead
-of a quarter of a second. Anything else, and a stub given as a user's own command line, is
-spawned (fork and exec). Either way the child has its own session (signals reach its group
-only), the session's tags in its environment, its output in its log file, and it dies with
-this process (``PR_SET_PDEATHSIG``; a forked worker with its fork server, which dies with us).
+"""The one way the process runtime starts a process (:meth:`Launcher.launch`). Our stub is forked
+by its interpreter's stub fork server (up in milliseconds, not a quarter second); anything else
+is spawned. Either way the child has its own session, the session's tags, its log file, and
+dies with this process (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -89,10 +85,8 @@ class Launcher:
         return client.fork(args, self.env(component.env), log_path, component.name)
 
     def warm_up(self, python: str, listen_ports: Sequence[int] = ()) -> frozenset[int]:
-        """Spawn the stub fork server of ``python`` now, its imports overlapping the caller's
-        work, with ``listen_ports`` already listening (each handed to the first worker that
-        serves it: an early connect waits instead of being refused). Returns the ports so
-        bound: none when the server was already running."""
+        """Spawn ``python``'s stub fork server now, with ``listen_ports`` already listening (an
+        early connect waits rather than being refused); returns the ports so bound."""
         with self._guard:
             client = self._fork_clients.get(python)
             if client is not None and client.alive:

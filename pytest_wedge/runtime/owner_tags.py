@@ -18,11 +18,9 @@ WALL_CLOCK_SLACK_S = 1.0
 
 
 def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``, field 22): the
-    kernel's own count, which no step of the wall clock changes (None where there is no /proc).
-    A create time on the wall clock is off by as much as the clock was stepped since boot: a
-    VM restored from a snapshot stepped it, every live owner then read as dead, and the next
-    session's sweep killed a running session's Toxiproxy and stubs."""
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22; None without
+    /proc): a wall-clock create time moves when the clock is stepped, and live owners would
+    then read as dead."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
@@ -62,11 +60,7 @@ def owner_alive(tag: str) -> bool:
 
 
 def sweep_leftovers() -> list[int]:
-    """Kill processes tagged by a pytest-wedge session whose owning pytest is gone.
-
-    Only processes carrying our session tag are touched, and only when their owner is dead,
-    so a concurrent session's children are safe.
-    """
+    """Kill the processes tagged by a pytest-wedge session whose owning pytest is gone."""
     swept: list[int] = []
     for proc in psutil.process_iter(["pid"]):
         try:

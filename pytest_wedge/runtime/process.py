@@ -1,8 +1,6 @@
-"""The process runtime: each component a local process in its own process group.
-
-Processes are started by ``runtime/launcher.py``; logs go to files under the artifacts
-directory (never an unread pipe). Children carry the session tag in their environment and die
-with their parent, and anything a SIGKILLed session left behind is swept by the next one.
+"""The process runtime: each component a local process in its own process group, logging to a
+file, tagged with the session and dying with its parent (what a SIGKILLed session left behind
+is swept by the next one).
 """
 
 from __future__ import annotations
@@ -70,8 +68,7 @@ class ProcessRuntime(LogFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, component: ComponentSpec) -> None:
-        """Start ``component``. A name that is running or paused raises AlreadyRunningError
-        rather than replacing it: the old process would be left running with no owner."""
+        """Start ``component``; a running or paused name raises (it would be orphaned)."""
         with self._locked(component.name) as child:
             if self._closed:
                 raise ComponentStartError(
@@ -137,9 +134,7 @@ class ProcessRuntime(LogFiles):
             self._children[name] = replace(child, paused=False)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP, returning once the process is stopped (the signal is delivered when the
-        kernel next schedules it, which on a loaded machine comes after ``killpg`` returns);
-        a no-op on a component that is not running (there is nothing to hold)."""
+        """SIGSTOP, returning once the process is stopped; a no-op when it is not running."""
         with self._locked(name) as child:
             if child is not None and self._signal(child, signal.SIGSTOP):
                 self._children[name] = replace(child, paused=True)
@@ -183,11 +178,8 @@ class ProcessRuntime(LogFiles):
         return [c.proc.pid for c in list(self._children.values()) if c.alive]
 
     def close(self) -> None:
-        """Kill everything this runtime started; SIGKILL so teardown never waits on a drain.
-
-        A start racing ``close`` either finishes first (and is killed here) or sees the
-        runtime closed and raises; no child outlives the runtime.
-        """
+        """SIGKILL everything this runtime started (teardown never waits on a drain); a start
+        racing ``close`` is killed here or raises."""
         self._closed = True
         with self._locks_guard:
             names = list(self._locks)

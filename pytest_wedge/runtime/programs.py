@@ -1,9 +1,6 @@
-"""Which files a component's program needs in the offline docker image, and whether it is there.
-
-The image (``runtime/images.py``) holds the project's venv, the CPython it links to, the package
-and Toxiproxy at their host paths. A program outside those (a pinned router's isolated venv, a
-user's own build) is added when its component starts; a bare name is looked up on the image's
-``PATH``, as the container will, and refused up front when the image cannot have it.
+"""Which files a program needs in the offline docker image: one outside the venv (a router's
+isolated venv, a user's build) is added when its component starts; a bare name is looked up on
+the image's ``PATH`` and refused up front when the image cannot have it.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ CONTAINER_PATH = (str(Path(sys.prefix) / "bin"), "/usr/local/bin", "/usr/bin", "
 
 def program_roots(program: str) -> list[str]:
     """What ``program`` needs in the image: itself, and the whole venv when it is a venv's
-    console script (its shebang, ``pyvenv.cfg`` and site-packages live there). That is how a
-    pinned router's isolated venv (``routers/envs.py``) reaches the image, as the same files
-    the process runtime runs; a user's own build in its own venv comes along the same way."""
+    console script (its shebang, ``pyvenv.cfg`` and site-packages live there)."""
     venv = Path(program).parent.parent
     return [program, str(venv)] if (venv / "pyvenv.cfg").is_file() else [program]
 

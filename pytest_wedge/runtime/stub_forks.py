@@ -1,8 +1,6 @@
-"""The runtime's client of the stub fork server (``pytest_wedge.stubs.forkserver``).
-
-The workers are the server's children, not ours, so the server reports each one's end and
-:class:`ForkedProcess` offers what the runtime uses of ``subprocess.Popen``: ``pid``,
-``poll()`` and ``wait()``. Used through ``runtime/launcher.py``.
+"""The launcher's client of the stub fork server (``pytest_wedge.stubs.forkserver``). The
+workers are the server's children, so it reports each one's end, and :class:`ForkedProcess`
+offers what the runtime uses of ``subprocess.Popen``.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
-from pytest_wedge.errors import ComponentStartError, PortInUseError
+from pytest_wedge.errors import ComponentStartError, PortInUseError, file_tail
 from pytest_wedge.stubs.listen_fds import LISTEN_FDS_ENV, format_listen_fds
 
 SERVER_MODULE = "pytest_wedge.stubs.forkserver"
@@ -60,7 +58,7 @@ IMPORT_ENV = {"SSL_CERT_FILE": os.devnull, "SSL_CERT_DIR": os.devnull}
 Spawn = Callable[[Sequence[str], Mapping[str, str], Path, Sequence[int]], "subprocess.Popen[bytes]"]
 
 
-def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket.socket]:
+def bind_listening(ports: Sequence[int]) -> list[socket.socket]:
     """A listening socket on each of ``ports``, as the stub's own server would open it."""
     sockets: list[socket.socket] = []
     try:
@@ -68,13 +66,13 @@ def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            sock.bind(("127.0.0.1", port))
             sock.listen(1024)
     except OSError as exc:
         for sock in sockets:
             sock.close()
         raise PortInUseError(
-            f"Cannot listen on {host}:{port} for a stub worker",
+            f"Cannot listen on 127.0.0.1:{port} for a stub worker",
             facts={"error": f"{type(exc).__name__}: {exc}", "ports": ", ".join(map(str, ports))},
             fix="stop the program listening there (`ss -ltnp`), or let pytest-wedge pick ports",
         ) from exc
@@ -82,12 +80,8 @@ def bind_listening(ports: Sequence[int], host: str = "127.0.0.1") -> list[socket
 
 
 class StubForkClient:
-    """One running ``pytest_wedge.stubs.forkserver`` and the workers it forked for us.
-
-    ``spawn`` starts it as the launcher starts any process, with pipes for the protocol; its
-    environment carries the session's tags, which a forked worker's ``/proc/PID/environ``
-    shows the leftover sweep. A reader thread files every answer.
-    """
+    """One running fork server and the workers it forked for us; its environment carries the
+    session's tags, which its workers inherit for the leftover sweep."""
 
     def __init__(
         self, python: str, spawn: Spawn, log_path: Path, listening: Sequence[socket.socket] = ()
@@ -133,13 +127,8 @@ class StubForkClient:
             self._next_id += 1
             request_id = self._next_id
             self._replies[request_id] = reply
-        request = {
-            "id": request_id,
-            "args": list(args),
-            "env": dict(env),
-            "cwd": os.getcwd(),
-            "log": str(log_path),
-        }
+        request = {"id": request_id, "args": list(args), "env": dict(env)}
+        request |= {"cwd": os.getcwd(), "log": str(log_path)}
         try:
             with self._write_lock:
                 self._stdin.write((json.dumps(request) + "\n").encode())
@@ -161,7 +150,7 @@ class StubForkClient:
                 "fork server": f"pid {self.proc.pid}, exit code {self.proc.poll()}",
                 "log": str(self.log_path),
             },
-            log_tail=_tail(self.log_path),
+            log_tail=file_tail(self.log_path, 25),
             fix="read the fork server's log tail; `python -m pytest_wedge.stubs --help` shows "
             "whether the stub modules import in this environment",
         )
@@ -207,10 +196,3 @@ class StubForkClient:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self._reader.join(timeout=5.0)
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

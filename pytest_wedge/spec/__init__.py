@@ -1,5 +1,2 @@
-"""What runs, as pure data: the topology, its components, links, workers and the marker's keywords.
-
-Below ``runtime/``: nothing here does I/O or imports an HTTP client. The running topology is
-``topology/``.
-"""
+"""What runs, as pure data (no I/O, no HTTP client): the topology, its components, links,
+workers and the marker's keywords. The running topology is ``topology/``."""

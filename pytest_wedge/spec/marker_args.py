@@ -1,7 +1,5 @@
-"""The topology keywords shared by the ``wedge`` marker, ``wedge_factory`` and scenario files.
-
-``wedge(...)`` is a real keyword-only function: the marker's arguments are its parameters, so
-the signature, its validation and its docs cannot drift apart.
+"""The topology keywords of the ``wedge`` marker, ``wedge_factory`` and scenario files, as the
+parameters of one keyword-only function, so signature, checks and docs cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ from typing import Any
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.router_spec import RouterSpec
-from pytest_wedge.routers.template import split_template
-from pytest_wedge.spec.component import check_fields
+from pytest_wedge.spec.component import check_fields, spec_from
 from pytest_wedge.spec.topology import StubOptions, TopologySpec
 from pytest_wedge.spec.workers import WorkerSpec, worker_spec
 
@@ -97,22 +94,11 @@ def router_spec(router: str | RouterSpec | Mapping[str, Any] | None) -> RouterSp
         return router
     if isinstance(router, str):
         return RouterSpec(kind=router)
-    if not isinstance(router, Mapping):
-        raise ConfigError(
-            "router must be a kind name or a dict",
-            facts={"got": repr(router)},
-            fix="write router='sglang-router' or router={'kind': 'command', ...}",
-        )
-    check_fields(
-        RouterSpec, router, "router setting(s)", "pytest_wedge.routers.router_spec.RouterSpec"
+    fix = "write router='sglang-router' or router={'kind': 'command', ...}"
+    spec: RouterSpec = spec_from(
+        RouterSpec, router, "router", "router must be a kind name or a dict", fix
     )
-    values = dict(router)
-    if "command" in values:
-        values["command"] = split_template(values["command"])
-    for name in ("prefill_listen", "decode_listen", "bootstrap_ports"):
-        if name in values:
-            values[name] = tuple(int(v) for v in values[name])
-    return RouterSpec(**values)
+    return spec
 
 
 def _stub_value(name: str, value: Any) -> Any:
@@ -120,14 +106,14 @@ def _stub_value(name: str, value: Any) -> Any:
     only as a stub that refuses its command line (or an unhashable topology spec)."""
     kind = typing.get_type_hints(StubOptions)[name]
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is float:
-        ok, expected = number, "a number"
-    elif kind is int:
-        ok, expected = number and isinstance(value, int), "an integer"
-    elif kind is str:
-        ok, expected = isinstance(value, str), "a string"
-    elif kind is bool:
-        ok, expected = isinstance(value, bool), "true or false"
+    checks = {
+        float: (number, "a number"),
+        int: (number and isinstance(value, int), "an integer"),
+        str: (isinstance(value, str), "a string"),
+        bool: (isinstance(value, bool), "true or false"),
+    }
+    if kind in checks:
+        ok, expected = checks[kind]
     else:  # extra_args: kept as a tuple, so the spec stays hashable
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         expected, value = "a list of strings", tuple(value) if ok else value

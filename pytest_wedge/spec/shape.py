@@ -1,10 +1,5 @@
-"""A topology shape's stable name: what the xdist grouping and the bring-up record share.
-
-Two tests share a running topology when their runtime and :class:`TopologySpec` are equal (the
-session caches by spec), so that pair is the shape. The name must be the same in every xdist
-worker, because the workers' collections are compared node id by node id: it hashes the spec's
-``repr``, which holds only tuples, numbers and strings (no sets, whose order changes with
-hash randomisation).
+"""A topology shape's (runtime and spec) stable name, the same in every xdist worker: it hashes
+the spec's ``repr``, which holds no sets, whose order changes with hash randomisation.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_t
 
 # Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
 from pytest_wedge.spec.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
+from pytest_wedge.spec.component import STUB_MODULE, Role
 from pytest_wedge.spec.component import ComponentSpec as ComponentSpec
 from pytest_wedge.spec.workers import WorkerSpec, check_counts, worker_argv
 
@@ -215,7 +216,8 @@ def render_components(
 def _worker_component(
     spec: TopologySpec, name: str, ports: PortPlan, listen: dict[str, int], exe: Executables
 ) -> ComponentSpec:
-    worker, role, port = spec.worker(name), name.split("-")[0], ports.http[name]
+    worker, port = spec.worker(name), ports.http[name]
+    role: Role = "prefill" if name.startswith("prefill-") else "decode"
     bootstrap = ports.bootstrap.get(name)
     kv_listen: tuple[str, ...] = ()
     extra: tuple[str, ...] = ("--bootstrap-port", str(bootstrap)) if bootstrap else ()
@@ -226,7 +228,7 @@ def _worker_component(
         for p, kv in zip(spec.prefill_names, kv_listen, strict=True):
             extra += ("--bootstrap-route", f"{LOOPBACK}:{ports.bootstrap[p]}={kv}")
     stub_args = tuple(spec.stub.argv())
-    stub = (exe.python, "-m", "pytest_wedge.stubs", "--role", role, "--name", name)
+    stub: tuple[str, ...] = (exe.python, "-m", STUB_MODULE, "--role", role, "--name", name)
     stub += ("--host", LOOPBACK, "--port", str(port), *extra, *stub_args)
     prefill_bootstraps = tuple(ports.bootstrap[p] for p in spec.prefill_names)
     values = WorkerValues(
@@ -261,30 +263,18 @@ def _router_component(
     kind = spec.router
     if not kind.managed:
         return None
-    host, port = LOOPBACK, ports.http["router"]
-    prefill_urls = [f"http://{LOOPBACK}:{listen[f'router->{p}']}" for p in spec.prefill_names]
-    decode_urls = [f"http://{LOOPBACK}:{listen[f'router->{d}']}" for d in spec.decode_names]
-    bootstraps = [ports.bootstrap[p] for p in spec.prefill_names]
+    port, metrics = ports.http["router"], ports.router_metrics
+    prefills = tuple(f"http://{LOOPBACK}:{listen[f'router->{p}']}" for p in spec.prefill_names)
+    decodes = tuple(f"http://{LOOPBACK}:{listen[f'router->{d}']}" for d in spec.decode_names)
+    bootstraps = tuple(ports.bootstrap[p] for p in spec.prefill_names)
     if kind.kind == "command":
-        values = TemplateValues(
-            host,
-            port,
-            ports.router_metrics,
-            tuple(prefill_urls),
-            tuple(decode_urls),
-            tuple(bootstraps),
-            exe.python,
-        )
+        values = TemplateValues(LOOPBACK, port, metrics, prefills, decodes, bootstraps, exe.python)
         argv = [*render_template(kind.command, values), *spec.router_args]
     else:
+        pairs = list(zip(prefills, bootstraps, strict=True))
+        executable = exe.router or exe.smg
         argv = adapter(kind.kind).argv(
-            exe.router or exe.smg,
-            host,
-            port,
-            ports.router_metrics,
-            list(zip(prefill_urls, bootstraps, strict=True)),
-            decode_urls,
-            spec.router_args,
+            executable, LOOPBACK, port, metrics, pairs, decodes, spec.router_args
         )
     ready_path = kind.ready_path or adapter(kind.dialect).ready_path
     return ComponentSpec(
@@ -293,5 +283,5 @@ def _router_component(
         argv=tuple(argv),
         # Readiness, not liveness: 200 only once a healthy prefill and decode are registered.
         ready_url=f"http://{LOOPBACK}:{port}{ready_path}",
-        ports=(port, ports.router_metrics),
+        ports=(port, metrics),
     )

@@ -13,6 +13,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.template import (
     WORKER_PLACEHOLDERS,
     WorkerValues,
+    check_kind,
     check_template,
     render_worker_template,
 )
@@ -38,22 +39,9 @@ class WorkerSpec:
     kv_listen: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in WORKER_KINDS:
-            raise ConfigError(
-                f"Unknown worker kind {self.kind!r}",
-                facts={"known kinds": ", ".join(WORKER_KINDS)},
-                fix="use {'kind': 'stub'} (default) or {'kind': 'command', 'command': [...]}",
-            )
-        if self.kind == "command" and not self.command:
-            raise ConfigError(
-                "A command worker needs its command template",
-                fix="pass {'kind': 'command', 'command': ['my-engine', '--port', '{port}', ...]}",
-            )
-        if self.kind != "command" and self.command:
-            raise ConfigError(
-                f"command= is only for kind='command' (got kind={self.kind!r})",
-                fix="drop command=, or set kind='command'",
-            )
+        fix = "use {'kind': 'stub'} (default) or {'kind': 'command', 'command': [...]}"
+        example = "{'kind': 'command', 'command': ['my-engine', '--port', '{port}', ...]}"
+        check_kind("worker", self.kind, WORKER_KINDS, fix, self.command, example)
         if self.kind == "url":
             bad = [url for url in self.urls if not _port_of(url)]
             if not self.urls or bad:
@@ -132,7 +120,9 @@ def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> Work
     if isinstance(value, WorkerSpec):
         return value
     fix = f"write {role}_worker={{'kind': 'command', 'command': [...]}}"
-    spec: WorkerSpec = spec_from(WorkerSpec, value, f"{role}_worker", f"{role}_worker must be a dict", fix)
+    spec: WorkerSpec = spec_from(
+        WorkerSpec, value, f"{role}_worker", f"{role}_worker must be a dict", fix
+    )
     return spec
 
 

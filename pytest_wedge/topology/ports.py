@@ -1,11 +1,7 @@
-"""Choosing ports that must be known in advance (router, stubs, the Toxiproxy API).
-
-They come from below 32768: in the kernel's ephemeral range (32768-60999) a client socket can
-take a port between choosing it and binding it. Each pytest-xdist worker draws from its own
-1000-port slice, and a bind check skips ports that another program holds. A port handed out
-is also *claimed* machine-wide until it is released, so two pytest processes drawing from the
-same slice (two runs on one machine, a pytester run inside an xdist worker, the process and
-docker sessions of one run) never hand out the same port between choosing it and binding it.
+"""Ports known in advance (router, stubs, the Toxiproxy API), from below the kernel's ephemeral
+range, where no client socket takes one between choosing and binding it. Each xdist worker draws
+from its own 1000-port slice, skipping ports in use, and claims each port machine-wide until it
+is released, so two pytest processes drawing from one slice never hand out the same port.
 """
 
 from __future__ import annotations
@@ -41,12 +37,8 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _claim(port: int) -> socket.socket | None:
-    """Claim ``port`` for this process, or None when another process holds the claim.
-
-    The claim is a Unix socket bound to a name in Linux's abstract namespace: it leaves no file
-    behind, is not inherited by children, and the kernel drops it when the process dies, even
-    by SIGKILL. Where there is no abstract namespace the bind check alone has to do.
-    """
+    """Claim ``port`` for this process (None: another holds it) with a Unix socket in Linux's
+    abstract namespace: no file, not inherited, dropped by the kernel even on SIGKILL."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if not sys.platform.startswith("linux"):
         return sock

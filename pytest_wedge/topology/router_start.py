@@ -1,8 +1,5 @@
-"""The router's part of a bring-up that differs by kind: its binary, its ports, its readiness.
-
-A built-in router from an isolated environment gets that environment's console script; a
-``url`` router is not started at all: its port is taken from its URL, the ``router->worker``
-proxies listen where it was told the workers are, and readiness is polled on its URL.
+"""The router's bring-up by kind: an isolated built-in gets its venv's script; a ``url`` router
+is not started (port from its URL, ``router->worker`` proxies where it sends, readiness polled).
 """
 
 from __future__ import annotations
@@ -69,26 +66,36 @@ def url_router_listen(spec: TopologySpec) -> dict[str, str]:
     return {name: f"{LOOPBACK}:{port}" for name, port in listen.items()}
 
 
+def wait_answering(http: httpx.Client, urls: dict[str, str], timeout_s: float) -> dict[str, str]:
+    """Poll each URL until it answers 200; the last answers of those that never did."""
+    pending, last = dict(urls), dict.fromkeys(urls, "no answer yet")
+
+    def ready() -> bool:
+        for name, url in list(pending.items()):
+            try:
+                answer = http.get(url, timeout=1.0)
+            except httpx.HTTPError as exc:
+                last[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            last[name] = f"{answer.status_code} {answer.text[:200]}"
+            if answer.status_code == 200:
+                del pending[name]
+        return not pending
+
+    poll(ready, timeout_s=timeout_s, interval_s=0.1)
+    return {name: last[name] for name in pending}
+
+
 def wait_url_router(http: httpx.Client, router: RouterSpec, url: str, timeout_s: float) -> None:
     """Wait until the running router answers its readiness path with 200."""
     path = router.ready_path or adapter(router.dialect).ready_path
-    last: list[str] = ["no answer yet"]
-
-    def ready() -> bool:
-        try:
-            answer = http.get(url + path, timeout=1.0)
-        except httpx.HTTPError as exc:
-            last[0] = f"{type(exc).__name__}: {exc}"
-            return False
-        last[0] = f"{answer.status_code} {answer.text[:200]}"
-        return answer.status_code == 200
-
-    if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
+    unready = wait_answering(http, {"router": url + path}, timeout_s)
+    if unready:
         raise ComponentStartError(
             f"The url router at {url} did not become ready in {timeout_s:.0f} s",
             facts={
                 "readiness": url + path,
-                "last answer": last[0],
+                "last answer": unready["router"],
                 "its workers' link ports": f"prefill {router.prefill_listen}, "
                 f"decode {router.decode_listen}",
             },

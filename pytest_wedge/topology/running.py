@@ -1,11 +1,5 @@
-"""A running topology: Toxiproxy proxies for every link, the stubs and the real router.
-
-Usable without pytest::
-
-    with WedgeSession() as session:
-        topo = session.topology(TopologySpec())
-        httpx.post(topo.url + "/v1/chat/completions", json=...)
-"""
+"""A running topology: a Toxiproxy proxy for every link, the workers and the router (usable
+without pytest, through ``WedgeSession().topology(spec)``)."""
 
 from __future__ import annotations
 
@@ -105,20 +99,11 @@ class Topology:
         """From nothing to ready. A failed start rolls back whatever did start."""
         spec = self.spec
         check_runtime([spec.prefill_worker, spec.decode_worker], self.runtime.name)
-        count = len(spec.component_names) + spec.prefill + 1
-        taken = self._allocator.take(count)
-        it = iter(taken)
-        self.plan = url_worker_plan(
-            spec,
-            url_router_plan(
-                spec,
-                PortPlan(
-                    http={name: next(it) for name in spec.component_names},
-                    bootstrap={p: next(it) for p in spec.prefill_names},
-                    router_metrics=next(it),
-                ),
-            ),
-        )
+        it = iter(self._allocator.take(len(spec.component_names) + spec.prefill + 1))
+        http = {n: next(it) for n in spec.component_names}
+        bootstrap = {p: next(it) for p in spec.prefill_names}
+        allocated = PortPlan(http=http, bootstrap=bootstrap, router_metrics=next(it))
+        self.plan = url_worker_plan(spec, url_router_plan(spec, allocated))
         # Ports of what runs already (url router, url workers) are taken, by design.
         theirs = {*spec.url_workers, *([] if spec.router.managed else ["router"])}
         warm_up = getattr(self.runtime, "warm_up", None)
@@ -137,16 +122,11 @@ class Topology:
             # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
             fixed = url_router_listen(spec) | url_worker_listen(spec)
-            ports = self.toxiproxy.populate(
-                [
-                    {
-                        "name": proxy,
-                        "upstream": link.upstream,
-                        **({"listen": fixed[link.name]} if link.name in fixed else {}),
-                    }
-                    for proxy, link in links.items()
-                ]
-            )
+            wanted = [{"name": proxy, "upstream": link.upstream} for proxy, link in links.items()]
+            for entry, link in zip(wanted, links.values(), strict=True):
+                if link.name in fixed:
+                    entry["listen"] = fixed[link.name]
+            ports = self.toxiproxy.populate(wanted)
             for proxy, link in links.items():
                 self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
@@ -262,9 +242,8 @@ class Topology:
         return ready.status_code == 200 and not breakers_open
 
     def restart(self, *names: str, timeout_s: float | None = None) -> float:
-        """Kill all of ``names``, then bring back the prefills, the decodes and the router, each
-        group ready before the next. A prefill back while its old decode ran paired with it; a
-        decode ready before its prefill waited for KV for ever (docs/performance.md)."""
+        """Kill all of ``names``, then bring back prefills, decodes and router, each group ready
+        before the next (else a decode may pair with a gone prefill and wait for KV for ever)."""
         ranks = {"prefill": 0, "decode": 1, "router": 2}
 
         def rank(name: str) -> int:

@@ -1,8 +1,5 @@
-"""One pytest-wedge session: a Toxiproxy server and the topologies built on it.
-
-One session per pytest process (per xdist worker). Topologies are cached by their spec, so
-every test asking for the same shape shares one running topology and pays only for a reset.
-"""
+"""One session per pytest process: a Toxiproxy server and the topologies on it, cached by spec,
+so tests of one shape share a running topology and pay only for a reset."""
 
 from __future__ import annotations
 
@@ -25,6 +22,7 @@ from pytest_wedge.topology.worker_start import fixed_listen
 from pytest_wedge.waiting import in_background
 
 RuntimeFactory = Callable[[str, str, str], Runtime]
+MAX_TOPOLOGIES = 3  # each costs ~150 MB: a suite with many router flags keeps the recent ones
 # One JSON line per topology this session brought up (docs/scaling.md): under xdist, how many
 # bring-ups a run paid per shape and worker.
 BRING_UPS_FILE = "bring-ups-{runtime}.jsonl"
@@ -41,7 +39,6 @@ class WedgeSession:
         toxiproxy_binary: str | None = None,
         runtime_factory: RuntimeFactory | None = None,
         ready_timeout_s: float = 30.0,
-        max_topologies: int = 3,
     ) -> None:
         self.runtime_name = runtime
         self.session_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -54,7 +51,6 @@ class WedgeSession:
         self._runtime_factory = runtime_factory or make_runtime
         self.ready_timeout_s = ready_timeout_s
         self.ports = PortAllocator()
-        self.max_topologies = max_topologies
         self._started = 0
         self.bring_ups: list[dict[str, object]] = []
         self.topologies: dict[TopologySpec, Topology] = {}
@@ -116,21 +112,13 @@ class WedgeSession:
         for other in [cached for cached in self.topologies if fixed_listen(cached) & wanted]:
             # Its proxies listen where this one's must (a running router or worker sends there).
             self.topologies.pop(other).close()
-        while len(self.topologies) >= self.max_topologies:
-            # Each shape costs ~150 MB; a suite with many router flags keeps only the recent ones.
+        while len(self.topologies) >= MAX_TOPOLOGIES:
             oldest = next(iter(self.topologies))
             self.topologies.pop(oldest).close()
         index = self._started
         self._started += 1
-        topo = Topology(
-            spec,
-            self._runtime(f"topology-{index}"),
-            self.toxiproxy,
-            self.exe,
-            self.ports,
-            ready_timeout_s=self.ready_timeout_s,
-            proxy_prefix=f"t{index}_",
-        )
+        shared = (self.toxiproxy, self.exe, self.ports, self.ready_timeout_s)
+        topo = Topology(spec, self._runtime(f"topology-{index}"), *shared, f"t{index}_")
         started = time.monotonic()
         topo.start()
         self._record_bring_up(spec, time.monotonic() - started)

@@ -1,9 +1,5 @@
-"""Toxiproxy as a component, and a client of its API (finding the binary: ``runtime/binaries.py``).
-
-The client speaks Toxiproxy's REST API directly, through one pooled httpx client per server
-(``/proxies``, ``/populate``, toxics, ``/reset``, ``/version``, ``/metrics``): the few calls we
-need do not warrant a dependency, and a client object per server lets one process drive
-several servers. httpx is imported when a client is made, to keep the plugin's start-up light.
+"""Toxiproxy as a component, and a client of its REST API: one pooled httpx client per server
+(the few calls we need do not warrant a dependency), imported only when a client is made.
 """
 
 from __future__ import annotations
@@ -30,6 +26,12 @@ def server_component(binary: str, port: int) -> ComponentSpec:
         ready_url=f"http://{LOOPBACK}:{port}/version",
         ports=(port,),
     )
+
+
+_FIXES = {
+    404: "the topology may have been torn down; faults apply to a running topology",
+    409: "a toxic or proxy of that name exists already; each fault instance has its own",
+}
 
 
 class ToxiproxyError(WedgeError):
@@ -80,36 +82,22 @@ class ToxiproxyClient:
     def _refused(
         self, response: httpx.Response, what: str, sent: Any, fix: str | None = None
     ) -> ToxiproxyError:
-        fixes = {
-            404: "the topology may have been torn down; faults apply to a running topology",
-            409: "a toxic or proxy of that name exists already; each fault instance has its own",
-        }
+        status = response.status_code
+        fix = fix or _FIXES.get(
+            status, "check the proxy and toxic names and attributes against docs/creating-faults.md"
+        )
+        facts = {"status": status, "answer": response.text[:300], "sent": sent}
         return ToxiproxyError(
-            f"Toxiproxy refused to {what}",
-            facts={
-                "status": response.status_code,
-                "answer": response.text[:300],
-                "sent": sent,
-                "server": self.base_url,
-            },
-            fix=fix
-            or fixes.get(
-                response.status_code,
-                "check the proxy and toxic names and attributes against docs/creating-faults.md",
-            ),
+            f"Toxiproxy refused to {what}", facts={**facts, "server": self.base_url}, fix=fix
         )
 
     def version(self) -> str:
         return str(self._call("GET", "/version", "report its version")["version"])
 
     def populate(self, proxies: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-        """Create (or replace) many proxies in one call; returns each one's listen port.
-
-        Each proxy is ``{"name", "upstream"}`` plus optional ``listen`` (default: any free
-        port) and ``enabled``. Toxiproxy replaces a proxy of the same name whose listen or
-        upstream differ, so a stale one from an earlier run never survives. A call that fails
-        half-way removes the proxies it did create before raising.
-        """
+        """Create or replace ``{"name", "upstream"[, "listen"]}`` proxies in one call (a stale
+        one of the same name never survives); returns each one's listen port. A call that fails
+        half-way removes the proxies it did create."""
         body = [{"listen": ANY_PORT, **proxy} for proxy in proxies]
         if not body:
             return {}
@@ -140,35 +128,22 @@ class ToxiproxyClient:
         self._call("DELETE", f"/proxies/{name}", f"delete proxy {name}", missing_ok=True)
 
     def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
-        self._call(
-            "POST",
-            f"/proxies/{proxy}/toxics",
-            f"add toxic {toxic.get('name')} to {proxy}",
-            json=toxic,
-        )
+        what = f"add toxic {toxic.get('name')} to {proxy}"
+        self._call("POST", f"/proxies/{proxy}/toxics", what, json=toxic)
 
     def toxics(self, proxy: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call(
-            "GET", f"/proxies/{proxy}/toxics", f"list the toxics of {proxy}"
-        )
-        return result
+        found: list[dict[str, Any]]
+        found = self._call("GET", f"/proxies/{proxy}/toxics", f"list the toxics of {proxy}")
+        return found
 
     def remove_toxic(self, proxy: str, toxic_name: str) -> None:
         """Idempotent: removing a toxic that is gone is not an error."""
-        self._call(
-            "DELETE",
-            f"/proxies/{proxy}/toxics/{toxic_name}",
-            f"remove toxic {toxic_name} from {proxy}",
-            missing_ok=True,
-        )
+        what = f"remove toxic {toxic_name} from {proxy}"
+        self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic_name}", what, missing_ok=True)
 
     def set_enabled(self, proxy: str, enabled: bool) -> None:
-        self._call(
-            "PATCH",
-            f"/proxies/{proxy}",
-            f"{'enable' if enabled else 'disable'} proxy {proxy}",
-            json={"enabled": enabled},
-        )
+        what = f"{'enable' if enabled else 'disable'} proxy {proxy}"
+        self._call("PATCH", f"/proxies/{proxy}", what, json={"enabled": enabled})
 
     def proxies(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/proxies", "list proxies")

@@ -1,9 +1,6 @@
-"""What each component of a topology is: its kind, binary, version and how it started.
-
-For the session header and every wedge report (``plugin/report.py`` calls
-``describe_components(topology)``): a verdict about ``--request-timeout-secs`` means one thing
-for smg 1.13 and another for sglang-router 0.3.2, so the report must name which ran.
-"""
+"""What each component of a topology is (kind, binary, version, how it started), for the header
+and every report: a verdict about a router flag means one thing on smg 1.13 and another on
+sglang-router 0.3.2, so the report names which ran."""
 
 from __future__ import annotations
 
@@ -81,23 +78,14 @@ def describe_router(
 ) -> ComponentDescription:
     binary = argv[0] if argv else "(not started)"
     on = f"on the {runtime} runtime"
+    like = f"{router.kind} ({router.like}-like)"
     if router.kind == "url":
-        return ComponentDescription(
-            "router",
-            f"url ({router.like}-like)",
-            router.url or "",
-            UNKNOWN_VERSION,
-            "already running; not started or stopped by pytest-wedge",
-        )
+        started = "already running; not started or stopped by pytest-wedge"
+        return ComponentDescription("router", like, router.url or "", UNKNOWN_VERSION, started)
     if router.kind == "command":
         template = " ".join(router.command)
-        return ComponentDescription(
-            "router",
-            f"command ({router.like}-like)",
-            binary,
-            UNKNOWN_VERSION,
-            f"started by pytest-wedge from the user's command template {template!r}, {on}",
-        )
+        started = f"started by pytest-wedge from the user's command template {template!r}, {on}"
+        return ComponentDescription("router", like, binary, UNKNOWN_VERSION, started)
     kind = adapter(router.kind)
     if kind.isolated:
         env = ready_env(kind.package, kind.version)
@@ -127,49 +115,33 @@ def describe_worker(
         if foreign:  # a url worker: the user started it
             started = f"not started or stopped by pytest-wedge; {PUBLIC_ONLY}"
             return ComponentDescription(name, "url", "(already running)", UNKNOWN_VERSION, started)
-        return ComponentDescription(
-            name, "worker", "(not started)", UNKNOWN_VERSION, "not started by pytest-wedge"
-        )
+        started = "not started by pytest-wedge"
+        return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION, started)
     if foreign or STUB_MODULE not in argv:
-        return ComponentDescription(
-            name,
-            "command",
-            argv[0],
-            UNKNOWN_VERSION,
-            f"started by pytest-wedge from the user's command "
-            f"{shlex.join(argv)!r}, on the {runtime} runtime; "
-            f"{PUBLIC_ONLY}",
-        )
+        started = f"started by pytest-wedge from the user's command {shlex.join(argv)!r}"
+        started += f", on the {runtime} runtime; {PUBLIC_ONLY}"
+        return ComponentDescription(name, "command", argv[0], UNKNOWN_VERSION, started)
     started = f"python -m {STUB_MODULE}, started by pytest-wedge on the {runtime} runtime"
     if not spec.stub.ledger:
         # Said here too, so nobody reads a location from public endpoints as ledger-backed.
-        started += (
-            "; ledger-less (--ledgerless: no ledger, no control API), so the locator "
-            "had no worker ledger of it"
-        )
-    return ComponentDescription(
-        name,
+        started += "; ledger-less (--ledgerless: no ledger, no control API), so the locator "
+        started += "had no worker ledger of it"
+    kind, version = (
         f"{spec.worker_protocol}-protocol stub",
-        argv[0],
         f"pytest-wedge {_version('pytest-wedge')}",
-        started,
     )
+    return ComponentDescription(name, kind, argv[0], version, started)
 
 
 def describe_toxiproxy(topology: DescribedTopology) -> ComponentDescription:
-    """The session's Toxiproxy; its version is asked of its API (a report may run on a machine
-    whose binary on disk changed since)."""
+    """The session's Toxiproxy, its version asked of its API (the binary may have changed)."""
     try:
         version = topology.toxiproxy.version()
     except Exception as exc:  # a report is best effort: say why instead of failing it
         version = f"(version unknown: {type(exc).__name__})"
-    return ComponentDescription(
-        "toxiproxy",
-        "toxiproxy-server",
-        topology.exe.toxiproxy,
-        version,
-        f"started by pytest-wedge for the session, on the {topology.runtime.name} runtime",
-    )
+    started = f"started by pytest-wedge for the session, on the {topology.runtime.name} runtime"
+    binary = topology.exe.toxiproxy
+    return ComponentDescription("toxiproxy", "toxiproxy-server", binary, version, started)
 
 
 def describe_components(topology: DescribedTopology) -> list[ComponentDescription]:
@@ -178,11 +150,9 @@ def describe_components(topology: DescribedTopology) -> list[ComponentDescriptio
     router = topology.components.get("router")
     described = [describe_router(spec.router, router.argv if router else (), runtime)]
     for name in [*spec.prefill_names, *spec.decode_names]:
-        component = topology.components.get(name)
-        argv, foreign = (
-            (component.argv, component.foreign) if component else ((), name in spec.foreign_workers)
-        )
-        described.append(describe_worker(name, argv, spec, runtime, foreign))
+        found = topology.components.get(name)
+        foreign = found.foreign if found else name in spec.foreign_workers
+        described.append(describe_worker(name, found.argv if found else (), spec, runtime, foreign))
     described.append(describe_toxiproxy(topology))
     return described
 
@@ -201,9 +171,8 @@ def describe_kind(name: str) -> str:
 
 
 def unproxied(router: RouterSpec, stub_protocol: str | None = None) -> list[str]:
-    """Traffic of this router kind that does not cross a Toxiproxy link, so no fault reaches it.
-    With ``stub_protocol`` (what the stub workers speak), the lines about workers speaking
-    another protocol than the router's are left out when they speak its own."""
+    """Traffic of this router kind that no link (so no fault) reaches; the other-protocol lines
+    are left out when ``stub_protocol`` is the router's own."""
     kind = adapter(router.dialect)
     lines = list(kind.unproxied)
     if stub_protocol is None or stub_protocol != router.worker_protocol:

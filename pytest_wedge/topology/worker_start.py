@@ -1,8 +1,5 @@
-"""The workers' part of a bring-up that differs by kind: ``url`` workers are already running.
-
-Their ports are taken from their URLs and bootstrap ports, the ``decode-j->prefill-i`` proxies
-listen where each url decode was told to send KV (``kv_listen``), and readiness is polled on
-their URLs; nothing of theirs is started or stopped.
+"""The bring-up of ``url`` workers, already running: ports from their URLs, KV proxies where
+each decode sends KV (``kv_listen``), readiness polled on their URLs; nothing started or stopped.
 """
 
 from __future__ import annotations
@@ -11,8 +8,7 @@ import httpx
 
 from pytest_wedge.errors import ComponentStartError
 from pytest_wedge.spec.topology import LOOPBACK, PortPlan, TopologySpec
-from pytest_wedge.topology.router_start import url_router_listen
-from pytest_wedge.waiting import poll
+from pytest_wedge.topology.router_start import url_router_listen, wait_answering
 
 
 def url_worker_plan(spec: TopologySpec, plan: PortPlan) -> PortPlan:
@@ -46,30 +42,15 @@ def wait_url_workers(
     http: httpx.Client, spec: TopologySpec, plan: PortPlan, timeout_s: float
 ) -> None:
     """Wait until every url worker answers its readiness path with 200."""
-    pending = {
+    urls = {
         name: f"http://{LOOPBACK}:{plan.http[name]}{spec.worker(name).ready_path}"
         for name in spec.url_workers
     }
-    last: dict[str, str] = {}
-
-    def ready() -> bool:
-        for name, url in list(pending.items()):
-            try:
-                answer = http.get(url, timeout=1.0)
-            except httpx.HTTPError as exc:
-                last[name] = f"{type(exc).__name__}: {exc}"
-                continue
-            last[name] = f"{answer.status_code} {answer.text[:200]}"
-            if answer.status_code == 200:
-                del pending[name]
-        return not pending
-
-    if not poll(ready, timeout_s=timeout_s, interval_s=0.1).met:
+    unready = wait_answering(http, urls, timeout_s)
+    if unready:
         raise ComponentStartError(
-            f"The url worker(s) {', '.join(pending)} did not become ready in {timeout_s:.0f} s",
-            facts={
-                name: f"{url}: {last.get(name, 'no answer yet')}" for name, url in pending.items()
-            },
+            f"The url worker(s) {', '.join(unready)} did not become ready in {timeout_s:.0f} s",
+            facts={name: f"{urls[name]}: {last}" for name, last in unready.items()},
             fix="check that each worker runs and answers its ready_path at the URL you gave "
             "(pytest-wedge does not start url workers)",
         )

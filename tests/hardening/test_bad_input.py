@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from leakcheck import TOXIPROXY, LeakProbe
 
 from pytest_wedge.errors import ConfigError, PortInUseError
-from pytest_wedge.plugin.marker import parse_marker
 from pytest_wedge.runtime import wait_ready
 from pytest_wedge.runtime.process import ProcessRuntime
 from pytest_wedge.scenarios.catalog import CATALOG_DIR, load_scenario
+from pytest_wedge.spec.marker_args import parse_keywords as parse_marker
 from pytest_wedge.spec.topology import ComponentSpec
 from pytest_wedge.topology.ports import FIRST_PORT, SLICE, SLICES, PortAllocator
 from pytest_wedge.topology.session import WedgeSession

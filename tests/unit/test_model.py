@@ -17,8 +17,8 @@ from pytest_wedge.faults import (
     StallAfterTokens,
     Timeout,
 )
-from pytest_wedge.plugin.marker import parse_marker
 from pytest_wedge.plugin.settings import resolve
+from pytest_wedge.spec.marker_args import parse_keywords as parse_marker
 from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
 from pytest_wedge.topology.ports import PortAllocator, worker_slice
 

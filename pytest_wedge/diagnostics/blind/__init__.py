@@ -1,8 +1,5 @@
-"""The blind locator: where the wedge is, from what an operator observes (``Observed``) alone.
-
-Nothing in this package may read ground truth: no stub ledger, no fault, no toxic, no
-runtime view. ``tests/unit/test_blind_isolation.py`` walks its imports to keep it so.
-"""
+"""The blind locator: the wedge from what an operator observes (``Observed``) alone. Nothing
+here may read ground truth; ``tests/unit/test_blind_isolation.py`` walks its imports."""
 
 from pytest_wedge.diagnostics.blind.locate import locate_blind
 

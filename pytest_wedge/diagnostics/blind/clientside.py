@@ -1,11 +1,7 @@
-"""The client's own view (the harness is ours, so its ledger is fair evidence): which requests
-are wedged now, and how far each one got.
-
-- The overdue clock starts when a request was *sent*: one still waiting to be sent under CPU
-  load is "not sent yet", not wedged, unless its load's connection pool is exhausted.
-- Failures count for the current window only: those that ended before ``since`` (or, without
-  it, before the oldest request stuck now was sent) belong to an earlier episode.
-"""
+"""The client's own view (its ledger is ours, so fair evidence): which requests are wedged now,
+and how far each got. The overdue clock starts when a request was *sent* (one not sent yet is
+wedged only behind an exhausted pool); failures that ended before ``since`` (or before the
+oldest stuck request was sent) belong to an earlier episode."""
 
 from __future__ import annotations
 
@@ -23,15 +19,8 @@ CONNECT_ERRORS = (
     "All connection attempts failed",
     "ConnectTimeout",
 )
-BROKEN = (
-    "RemoteProtocolError",
-    "ReadError",
-    "WriteError",
-    "Server disconnected",
-    "onnection reset",
-    "stream ended without [DONE]",
-    "load stopped",
-)
+CUT = ("RemoteProtocolError", "ReadError", "WriteError", "Server disconnected", "onnection reset")
+BROKEN = (*CUT, "stream ended without [DONE]", "load stopped")
 # The routers' error codes and messages (docs/router-protocol.md, docs/routers.md).
 ROUTER_CODES = (
     "no_available_workers",

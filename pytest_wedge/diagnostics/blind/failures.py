@@ -1,10 +1,6 @@
-"""Where requests that already failed were held: the error the client got, read with the
-router's counters, breaker states and health gauges, and the workers' own /health.
-
-smg's error bodies name a code (``no_available_workers``, ``prefill_internal_error``, ...) and,
-for transport errors, the upstream URL it could not reach; that URL is the listen side of a
-``router->X`` link, so the address book turns it into a hop.
-"""
+"""Where requests that already failed were held: the client's error read with the router's
+counters, breakers and health gauges and the workers' own /health. smg's error bodies name a
+code and, for transport errors, the upstream URL: the listen side of a ``router->X`` link."""
 
 from __future__ import annotations
 
@@ -19,6 +15,12 @@ from pytest_wedge.diagnostics.blind.servers import (
     Worker,
 )
 from pytest_wedge.evidence.observed import RouterMetrics
+
+BOOTSTRAP_REFUSED = "the prefill's bootstrap server answered (it refused)"
+ANSWERED_WITH_AN_ERROR = (
+    "bootstrap server answered the KV fetch with an error "
+    "(the handshakes failed over links that carry /health)"
+)
 
 
 def _router_errors(s: Servers, worker_type: str, error_type: str | None = None) -> float:
@@ -44,24 +46,20 @@ def _opened_by(s: Servers) -> tuple[Worker, str] | None:
         refused = s.obs.grew(d.name, "num_bootstrap_failed_reqs")
         p = s.failing("prefill") or s.cancelled("prefill", refused)
         if refused and p is not None:
-            return p, (
-                f"{d.name} counted {refused:g} failed bootstrap handshakes with "
-                f"{p.name} in the window (num_bootstrap_failed_reqs)"
-            )
+            handshakes = f"{refused:g} failed bootstrap handshakes with {p.name}"
+            return p, f"{d.name} counted {handshakes} in the window (num_bootstrap_failed_reqs)"
     by_role = {role: _router_errors(s, role) for role in ("prefill", "decode")}
     for role, other in (("prefill", "decode"), ("decode", "prefill")):
         if by_role[role] and not by_role[other] and (w := s.failing(role)) is not None:
-            return w, (
-                f"the router counted {by_role[role]:g} {role} errors in the window "
-                f"(smg_worker_errors_total), against {w.name}"
-            )
+            errors = f"{by_role[role]:g} {role} errors in the window (smg_worker_errors_total)"
+            return w, f"the router counted {errors}, against {w.name}"
     return _failed_beside_aborts(s)
 
 
 def _failed_beside_aborts(s: Servers) -> tuple[Worker, str] | None:
     """smg counts one PD failure against both workers of the pair; the one that did not fail
     had its leg cancelled by the router, and its engine counted the aborts."""
-    aborted = {w.name: s.obs.grew(w.name, "num_aborted_requests") for w in s.workers.values()}
+    aborted = {w.name: s.aborted(w) for w in s.workers.values()}
     for role, other in (("prefill", "decode"), ("decode", "prefill")):
         culprit = s.failing(role)
         partners = [w for w in s.role(other) if w.failed > 0]
@@ -71,17 +69,13 @@ def _failed_beside_aborts(s: Servers) -> tuple[Worker, str] | None:
             aborted[p.name] >= p.failed / 2 for p in partners
         ):
             cut = ", ".join(f"{p.name} {aborted[p.name]:g}" for p in partners)
+            counted = f"{culprit.failed:g} failures against {culprit.name} and its partners"
+            aborts = f"sglang:num_aborted_requests: {cut}; {culprit.name} {aborted[culprit.name]:g}"
             return culprit, (
-                f"the router counted {culprit.failed:g} failures against "
-                f"{culprit.name} and its partners, whose legs it cancelled (aborts "
-                f"in the window, sglang:num_aborted_requests: {cut}; "
-                f"{culprit.name} {aborted[culprit.name]:g})"
+                f"the router counted {counted}, whose legs it cancelled (aborts in the window, "
+                f"{aborts})"
             )
     return None
-
-
-def _is(n: int) -> str:
-    return "is" if n == 1 else "are"
 
 
 def _refused_for(
@@ -117,17 +111,15 @@ def _refused_over_a_link(s: Servers, refusing: str) -> Verdict | None:
     for d in s.role("decode"):
         if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
             p = s.failing("prefill")
-            return s.verdict(
-                f"{d.name}->{(p or s.role('prefill')[0]).name}",
-                LIKELY if p else UNKNOWN,
-                refusing,
-                f"{d.name} counted {d.transfer_broken:g} KV transfers that broke in the window "
-                f"(num_transfer_failed_reqs)",
-            )
+            broke = f"{d.transfer_broken:g} KV transfers that broke in the window"
+            link = f"{d.name}->{(p or s.role('prefill')[0]).name}"
+            said = f"{d.name} counted {broke} (num_transfer_failed_reqs)"
+            return s.verdict(link, LIKELY if p else UNKNOWN, refusing, said)
     return None
 
 
 def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
+    answered = f"{n} requests answered {ph.status} no_available_workers"
     refusing = (
         f"the router refuses for want of workers ({n} answered {ph.status} no_available_workers)"
     )
@@ -135,41 +127,38 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
     if found is not None:
         return found
     opened = [w.name for w in s.workers.values() if w.cb_open]
+    breakers = f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)"
     if opened and not back and (cause := _opened_by(s)) is not None:
         # Whether it still fails cannot be seen while the breakers keep traffic off it.
         w, why = cause
-        breakers = f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)"
         return s.verdict(w.name, LIKELY, why, breakers, refusing)
     sick = [w.name for w in s.workers.values() if not w.router_healthy]
     healthy = [d.name for d in s.role("decode") if d.answers]
     for w in s.workers.values():
         s.rule_out(w.name, "its process runs and it answers /health on its own port")
     why = "breakers open" if opened else "workers marked unhealthy" if sick else "no workers"
-    lines = [
-        f"router refuses ({why}) while {' and '.join(healthy) or 'no decode'} "
-        f"{_is(len(healthy))} healthy"
-    ]
+    are = "is" if len(healthy) == 1 else "are"
+    lines = [f"router refuses ({why}) while {' and '.join(healthy) or 'no decode'} {are} healthy"]
     if opened:
-        lines.append(f"open breakers: {', '.join(opened)} (smg_worker_cb_state=1)")
+        lines.append(breakers)
     if sick:
         lines.append(f"marked unhealthy by the router: {', '.join(sick)} (smg_worker_health=0)")
-    lines.append(f"{n} requests answered {ph.status} no_available_workers")
+    lines.append(answered)
     # Failures counted against workers in this window opened the breakers, and whether their
     # cause persists cannot be seen while the breakers keep traffic off them.
     failed = [w.name for w in s.workers.values() if w.failed > 0]
     if failed:
+        counted = f"the router counted failures against {', '.join(failed)} in the window"
         lines.append(
-            f"the router counted failures against {', '.join(failed)} in the window "
-            f"(smg_worker_cb_outcomes_total): whether they still fail cannot be seen"
+            f"{counted} (smg_worker_cb_outcomes_total): whether they still fail cannot be seen"
         )
     sure = CERTAIN if (opened or sick) and not failed else LIKELY
     return s.verdict("router", sure, *lines, *back)
 
 
 def _bootstrap_refused(s: Servers, d: Worker) -> bool:
-    """``d``'s failed transfers were all handshakes (num_bootstrap_failed_reqs, none broken
-    on the wire) over links that carry /health to the prefills' bootstrap servers: those
-    servers answered the KV fetch, and refused it."""
+    """``d``'s failed transfers were all handshakes over links that carry /health to the
+    prefills' bootstrap servers: those answered the KV fetch, and refused it."""
     links = [f"via {d.name}->{p.name}" for p in s.role("prefill")]
     return d.transfer_broken == 0 and all(s.obs.health.get(link) == "ok" for link in links)
 
@@ -181,72 +170,45 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     if not failing:
         return None
     d = failing[0]
-    line = (
-        f"{d.name} counted {d.transfer_failures:g} failed KV transfers in the window "
-        f"(num_bootstrap_failed_reqs, num_transfer_failed_reqs)"
-    )
+    failed = f"{d.transfer_failures:g} failed KV transfers in the window"
+    line = f"{d.name} counted {failed} (num_bootstrap_failed_reqs, num_transfer_failed_reqs)"
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
     p = s.failing("prefill")
     if _bootstrap_refused(s, d):
         if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:
-            s.rule_out(
-                f"{d.name}->{c.name}", "the prefill's bootstrap server answered (it refused)"
+            s.rule_out(f"{d.name}->{c.name}", BOOTSTRAP_REFUSED)
+            answered = f"a prefill's {ANSWERED_WITH_AN_ERROR}"
+            aborts = (
+                f"{s.aborted(c):g} aborted requests in the window (sglang:num_aborted_requests)"
             )
+            cancelled = "the other prefills about none: its legs were the ones cancelled"
             return s.verdict(
-                c.name,
-                LIKELY,
-                line,
-                "a prefill's bootstrap server answered the KV fetch with an error "
-                "(the handshakes failed over links that carry /health)",
-                f"{c.name} counted {s.obs.grew(c.name, 'num_aborted_requests'):g} "
-                f"aborted requests in the window (sglang:num_aborted_requests), "
-                f"the other prefills about none: its legs were the ones cancelled",
+                c.name, LIKELY, line, answered, f"{c.name} counted {aborts}, {cancelled}"
             )
         if p is None:
-            return s.verdict(
-                s.role("prefill")[0].name,
-                UNKNOWN,
-                line,
-                "a prefill's bootstrap server refused the fetch; which one cannot be told",
-            )
-        s.rule_out(f"{d.name}->{p.name}", "the prefill's bootstrap server answered (it refused)")
-        return s.verdict(
-            p.name,
-            CERTAIN,
-            line,
-            f"{p.name}'s bootstrap server answered the KV fetch with an error "
-            "(the handshakes failed over links that carry /health)",
-            f"{p.name} is the prefill the router counted the failures against",
-        )
+            which = "a prefill's bootstrap server refused the fetch; which one cannot be told"
+            return s.verdict(s.role("prefill")[0].name, UNKNOWN, line, which)
+        s.rule_out(f"{d.name}->{p.name}", BOOTSTRAP_REFUSED)
+        answered = f"{p.name}'s {ANSWERED_WITH_AN_ERROR}"
+        counted = f"{p.name} is the prefill the router counted the failures against"
+        return s.verdict(p.name, CERTAIN, line, answered, counted)
     named = s.obs.named_url(ph.url) if ph.url else None
     if named and named.startswith(f"{d.name}->"):
         return s.verdict(named, CERTAIN, line, f"the error names {named}'s address")
     if p is not None:
+        counted = f"{p.name} is the prefill the router counted them against"
         return s.verdict(
-            f"{d.name}->{p.name}",
-            LIKELY,
-            line,
-            f"{n} requests answered "
-            f"{ph.status}; {p.name} is the prefill the router counted them against",
+            f"{d.name}->{p.name}", LIKELY, line, f"{n} requests answered {ph.status}; {counted}"
         )
     if (c := s.cancelled("prefill", 1.0)) is not None:
         # The prefill whose KV the decode failed to take had those legs cancelled.
-        return s.verdict(
-            f"{d.name}->{c.name}",
-            LIKELY,
-            line,
-            f"{c.name} alone counted aborted "
-            f"requests in the window (sglang:num_aborted_requests "
-            f"+{s.obs.grew(c.name, 'num_aborted_requests'):g})",
-        )
-    return s.verdict(
-        f"{d.name}->{s.role('prefill')[0].name}",
-        UNKNOWN,
-        line,
-        "which prefill's transfer failed cannot be told",
-    )
+        aborts = f"(sglang:num_aborted_requests +{s.aborted(c):g})"
+        alone = f"{c.name} alone counted aborted requests in the window {aborts}"
+        return s.verdict(f"{d.name}->{c.name}", LIKELY, line, alone)
+    which = "which prefill's transfer failed cannot be told"
+    return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line, which)
 
 
 def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
@@ -261,16 +223,10 @@ def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
         role = ph.code.split("_")[0]
         w = s.failing(role)
         if w is None:
-            return s.verdict(
-                s.role(role)[0].name, UNKNOWN, head, f"which {role} failed cannot be told"
-            )
-        return s.verdict(
-            w.name,
-            CERTAIN,
-            head,
-            f"the router says the {role} failed; {w.name} "
-            f"is the {role} it counted the failures against",
-        )
+            which = f"which {role} failed cannot be told"
+            return s.verdict(s.role(role)[0].name, UNKNOWN, head, which)
+        counted = f"{w.name} is the {role} it counted the failures against"
+        return s.verdict(w.name, CERTAIN, head, f"the router says the {role} failed; {counted}")
     named = s.obs.named_url(ph.url) if ph.url else None
     if named is not None:
         target = named.split("->", 1)[1] if "->" in named else named
@@ -279,14 +235,9 @@ def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
             return s.verdict(target, CERTAIN, head, f"{target} process {w.dead}")
         if w is not None and w.answers:
             s.rule_out(target, "it answers /health on its own port")
-            return s.verdict(
-                f"router->{target}",
-                CERTAIN,
-                head,
-                f"the router could not reach "
-                f"{target} at its link address {ph.url}, while {target} answers "
-                f"/health on its own port",
-            )
+            unreached = f"the router could not reach {target} at its link address {ph.url}"
+            answers = f"while {target} answers /health on its own port"
+            return s.verdict(f"router->{target}", CERTAIN, head, f"{unreached}, {answers}")
         return s.verdict(target, LIKELY, head, f"{target} does not answer /health")
     return s.verdict("router", UNKNOWN, head, "the error names no component")
 
@@ -295,12 +246,8 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     """``n`` requests of the current window that failed the same way."""
     if ph.detail == "refused":
         alive = "; the router itself answers /health on its own port" if s.router_answers else ""
-        return s.verdict(
-            "client->router",
-            CERTAIN,
-            f"{n} requests could not connect to the "
-            f"router's front address (connection refused){alive}",
-        )
+        refused = "could not connect to the router's front address (connection refused)"
+        return s.verdict("client->router", CERTAIN, f"{n} requests {refused}{alive}")
     if ph.detail == "status":
         return _status(s, ph, n, since)
     if (v := router_down(s)) is not None:
@@ -308,20 +255,14 @@ def held_failed(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     if ph.detail == "broken":
         if (v := s.broken_path(["client->router"])) is not None:
             return v
+        broke = f"{n} connections to the router broke"
         started = s.restarted("router", since)
         if started is not None:
-            return s.verdict(
-                "router",
-                CERTAIN,
-                f"{n} connections to the router broke, and the "
-                f"router process started anew in the window (at {started:.2f})",
-            )
+            anew = f"the router process started anew in the window (at {started:.2f})"
+            return s.verdict("router", CERTAIN, f"{broke}, and {anew}")
+        runs = "the router process runs and answers /health on its own port"
         return s.verdict(
-            "client->router",
-            LIKELY,
-            f"{n} connections to the router broke after "
-            f"the request was sent, while the router process runs and answers "
-            f"/health on its own port",
+            "client->router", LIKELY, f"{broke} after the request was sent, while {runs}"
         )
     if ph.detail in ("stream timeout", "stream error"):
         return _stream_broke(s, ph, n, since)
@@ -341,13 +282,8 @@ def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict
         if d.dead:
             return s.verdict(d.name, CERTAIN, line, f"{d.name} process {d.dead}")
         if (started := s.restarted(d.name, since)) is not None:
-            return s.verdict(
-                d.name,
-                CERTAIN,
-                line,
-                f"{d.name}'s process started anew in the "
-                f"window (at {started:.2f}): its streams broke with it",
-            )
+            anew = f"{d.name}'s process started anew in the window (at {started:.2f})"
+            return s.verdict(d.name, CERTAIN, line, f"{anew}: its streams broke with it")
     if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
         v.because.insert(0, line)
         return v
@@ -356,16 +292,8 @@ def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict
             return s.verdict(link, LIKELY, line, gap)
     stopped = s.failing("decode")
     if stopped is not None:
-        why = (
-            "the only decode"
-            if len(decodes) == 1
-            else "the decode the router counted failures against"
-        )
-        return s.verdict(
-            stopped.name,
-            LIKELY,
-            line,
-            f"{stopped.name} ({why}) stopped its "
-            f"streams, and no link on the way back shows trouble",
-        )
+        one = len(decodes) == 1
+        why = "the only decode" if one else "the decode the router counted failures against"
+        back = "stopped its streams, and no link on the way back shows trouble"
+        return s.verdict(stopped.name, LIKELY, line, f"{stopped.name} ({why}) {back}")
     return s.verdict(decodes[0].name, UNKNOWN, line, "which decode's streams broke cannot be told")

@@ -12,11 +12,18 @@ from pytest_wedge.diagnostics.blind.failures import held_failed
 from pytest_wedge.diagnostics.blind.origins import red_herrings, split_line
 from pytest_wedge.diagnostics.blind.rules import held_direct, held_stream, held_upstream
 from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, Servers, Verdict
-from pytest_wedge.diagnostics.diagnosis import Diagnosis, RequestDetail, place
+from pytest_wedge.diagnostics.diagnosis import (
+    MAX_DETAILS,
+    RESTART_SLACK_S,
+    Diagnosis,
+    RequestDetail,
+    client_errors,
+    count_line,
+    place,
+    tally,
+)
 from pytest_wedge.evidence.observed import ClientRecord, Observed
 
-MAX_DETAILS = 500
-RESTART_SLACK_S = 2.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # How a group of wedged requests got where it is: sent straight to a worker (its name), or
 # the phase it reached through the router.
@@ -31,33 +38,23 @@ def _key(obs: Observed, r: ClientRecord, now: float, overdue_after_s: float) -> 
     return phase(r, now, overdue_after_s)
 
 
-def _verdict(
-    obs: Observed,
-    key: Key,
-    n: int,
-    since: float | None,
-    by_pool: dict[str, tuple[int, int | None]],
-    load: str,
-    held_from: float | None,
-    rate: float = 0.0,
-) -> Verdict:
-    s = Servers(obs, held_from, since=since)
+def _verdict(s: Servers, key: Key, records: list[ClientRecord], n: int, pool: str) -> Verdict:
+    """Where the rules place ``records`` (``n`` of them the origin's); ``pool``: their load's
+    connection pool, as ``(used, limit)``."""
     if isinstance(key, str):
         return held_direct(s, key)
-    what = key
-    if what.kind == "unsent":
-        used, limit = by_pool.get(load, (0, None))
-        why = f"{load}: its connection pool is exhausted ({used} of {limit} connections in use)"
+    if key.kind == "unsent":
+        why = f"{load_key(records[0])}: its connection pool is exhausted ({pool})"
         return Verdict(
             "client",
             CERTAIN,
             [f"{why} and {n} requests wait for a connection: the client holds them"],
         )
-    if what.kind == "no answer":
+    if key.kind == "no answer":
         return held_upstream(s, n)
-    if what.kind == "failed":
-        return held_failed(s, what, n, since)
-    return held_stream(s, what.kind, n, rate)
+    if key.kind == "failed":
+        return held_failed(s, key, n, s.since)
+    return held_stream(s, key.kind, n, client_rate(records, s.obs.client_now))
 
 
 def client_rate(records: list[ClientRecord], now: float) -> float:
@@ -73,42 +70,30 @@ def client_rate(records: list[ClientRecord], now: float) -> float:
 def _describe(key: Key) -> str:
     if isinstance(key, str):
         return f"sent straight to {key}"
-    what = key
     return {
         "unsent": "never left the client",
         "no answer": "sent, no response head",
         "head only": "response head, no data",
         "stalled": "stream stalled",
         "slow": "streaming slowly",
-    }.get(what.kind, f"failed ({what.detail}" + (f" {what.status}" if what.status else "") + ")")
+    }.get(key.kind, f"failed ({key.detail}" + (f" {key.status}" if key.status else "") + ")")
 
 
 def _facts(
-    obs: Observed,
-    s: Servers,
-    origin: str,
-    win: Window,
-    mine: list[ClientRecord],
-    wedged_mine: list[Held],
+    s: Servers, origin: str, win: Window, mine: list[ClientRecord], wedged_mine: list[Held]
 ) -> list[str]:
-    sent = sum(1 for r in mine if r.get("sent") is not None)
-    failed = sum(1 for r, _, _ in wedged_mine if r.get("state") != "pending")
-    line = (
-        f"{len(mine)} {origin} requests: {sent} sent, {len(mine) - sent} never left the "
-        f"client; {len(wedged_mine) - failed} overdue, {failed} failed in the window"
-    )
+    obs = s.obs
+    wedged = [r for r, _, _ in wedged_mine]
+    line = count_line(origin, mine, wedged, "in the window")
     if win.not_sent_yet.get(origin):
-        line += (
-            f"; {win.not_sent_yet[origin]} not sent yet (no sign of an exhausted pool: not a wedge)"
-        )
+        unsent = "not sent yet (no sign of an exhausted pool: not a wedge)"
+        line += f"; {win.not_sent_yet[origin]} {unsent}"
     if win.earlier.get(origin):
         line += f"; {win.earlier[origin]} failed before the current window (set aside)"
     facts = [line]
     if wedged_mine:
-        how = Counter(_describe(k) for _, _, k in wedged_mine)
-        facts.append("how far they got: " + ", ".join(f"{d} {n}" for d, n in how.most_common()))
-        where = Counter(hop for _, hop, _ in wedged_mine)
-        facts.append("held at: " + ", ".join(f"{hop} {n}" for hop, n in where.most_common()))
+        facts.append(tally("how far they got", (_describe(k) for _, _, k in wedged_mine)))
+        facts.append(tally("held at", (hop for _, hop, _ in wedged_mine)))
     facts.append(s.router_line())
     for name, state in sorted(obs.processes.items()):
         if state != "running":
@@ -121,19 +106,15 @@ def _facts(
             facts.append(f"{w.name}: breaker open (smg_worker_cb_state=1)")
         if not w.router_healthy:
             facts.append(f"{w.name}: router marks it unhealthy (smg_worker_health=0)")
-    refused = obs.router_grew("refusals")
-    if refused:
+    if refused := sorted(obs.router_grew("refusals").items()):
         facts.append(
-            "router refusals in the window: "
-            + ", ".join(f"{k} +{v:g}" for k, v in sorted(refused.items()))
+            "router refusals in the window: " + ", ".join(f"{k} +{v:g}" for k, v in refused)
         )
     facts += [gap for link in obs.link_names if (gap := s.swallowed_line(link)) is not None]
     for load, (used, limit) in pools(mine).items():
         if limit is not None:
             facts.append(f"{load}: {used} of {limit} pool connections in use")
-    errors = Counter(str(r.get("error"))[:120] for r, _, _ in wedged_mine if r.get("error"))
-    facts += [f"client error ({n} x): {text}" for text, n in errors.most_common(2)]
-    return facts
+    return facts + client_errors(wedged)
 
 
 def log_line(obs: Observed, component: str) -> str | None:
@@ -165,31 +146,17 @@ def _group(
         # Until the oldest of them was overdue, a healthy stack could still be moving them
         # along: an engine sample from before then cannot show whether a gauge holds them.
         held_from = onset + overdue_after_s
-        verdict = verdicts[key] = _verdict(
-            obs,
-            key,
-            ours or len(records),
-            starts,
-            by_pool,
-            load_key(records[0]),
-            held_from,
-            client_rate(records, now),
-        )
+        used, limit = by_pool.get(load_key(records[0]), (0, None))
+        pool = f"{used} of {limit} connections in use"
+        s = Servers(obs, held_from, since=starts)
+        verdict = verdicts[key] = _verdict(s, key, records, ours or len(records), pool)
         held += [(r, verdict.hop, key) for r in records]
     return verdicts, held
 
 
 def _detail(r: ClientRecord, hop: str, key: Key, verdict: Verdict, now: float) -> RequestDetail:
-    end = float(r.get("finished") or now)
-    return RequestDetail(
-        request_id=r.get("request_id", "?"),
-        origin=r.get("origin", "?"),
-        state=r.get("state", "?"),
-        age_s=round(end - float(r.get("sent") or r.get("created") or now), 3),
-        furthest=_describe(key),
-        holding=hop,
-        note=(verdict.because or [""])[0][:120],
-    )
+    age = float(r.get("finished") or now) - float(r.get("sent") or r.get("created") or now)
+    return RequestDetail.of(r, age, _describe(key), hop, (verdict.because or [""])[0][:120])
 
 
 def locate_blind(
@@ -200,9 +167,8 @@ def locate_blind(
     window_s: float = 10.0,
     since: float | None = None,
 ) -> Diagnosis:
-    """Name the hop holding ``origin``'s wedged requests from what an operator observes
-    (``none`` when nothing of it is wedged). ``since`` is the start of the current fault
-    window: failures that ended before it belong to an earlier one."""
+    """The hop holding ``origin``'s wedged requests from what an operator observes (``none``
+    without any); failures that ended before ``since`` belong to an earlier window."""
     now = obs.client_now
     win = wedged(obs.client, now, overdue_after_s, window_s, since)
     verdicts, everyone = _group(obs, origin, overdue_after_s, win)
@@ -214,15 +180,11 @@ def locate_blind(
         at = Counter(k for _, hop, k in held if hop == location)
         best = verdicts[at.most_common(1)[0][0]]
     confidence = best.confidence
-    if (
-        confidence == CERTAIN
-        and held
-        and sum(hop == location for _, hop, _ in held) * 3 < 2 * len(held)
-    ):
+    if confidence == CERTAIN and sum(hop == location for _, hop, _ in held) * 3 < 2 * len(held):
         confidence = LIKELY  # another hop holds a good share of them too
     s = Servers(obs)
     mine = [r for r in obs.client if r.get("origin") == origin]
-    evidence = _facts(obs, s, origin, win, mine, held)
+    evidence = _facts(s, origin, win, mine, held)
     if (split := split_line(s, location, origin)) is not None:
         evidence.append(split)
     near = {location.split("->")[-1], "router"} if location != "none" else set()

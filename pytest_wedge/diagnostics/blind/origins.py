@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pytest_wedge.diagnostics.blind.servers import Servers, direct_records, received_rates
+from pytest_wedge.diagnostics.diagnosis import herring, other_origins
 
 
 def red_herrings(s: Servers, origin: str) -> list[str]:
@@ -20,13 +21,7 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
         records = direct.get(name, [])
         pending = Counter(r.get("origin", "?") for r in records if r.get("state") == "pending")
         rates = received_rates(records, now)
-        others = sorted(
-            {
-                o
-                for o in set(pending) | set(rates)
-                if o != origin and (pending.get(o) or rates.get(o, 0.0) >= 0.5)
-            }
-        )
+        others = other_origins(origin, rates, pending)
         busy = obs.workers.get(name, {})
         unknown = w.held - w.in_flight - sum(pending.values())  # what held in both samples
         if not others and unknown < 1:
@@ -54,7 +49,7 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
                 f"{unknown:g} of its requests came neither through the router nor from "
                 f"this client: their origin cannot be told from here"
             )
-        out.append("; ".join(parts) + f" (other origins' activity, not progress of {origin})")
+        out.append(herring(parts, origin))
     return out
 
 

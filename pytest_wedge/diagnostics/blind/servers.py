@@ -1,15 +1,12 @@
-"""The servers as an operator sees them: per-worker facts from public metrics and the OS.
-
-Each worker's load is read from its own SGLang gauges and split by who sent it: the router's
-share is ``smg_worker_requests_active`` for that worker, the share sent straight to it comes
-from the client ledger (requests whose target is the worker's own URL). What is left has an
-origin nobody here can tell, and is reported so.
-"""
+"""The servers as an operator sees them: per-worker facts from public metrics and the OS. A
+worker's load splits by sender: the router's share is its ``smg_worker_requests_active``,
+the share sent straight to it is in the client ledger, the rest has an unknown origin."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pytest_wedge.diagnostics.diagnosis import window_rate
 from pytest_wedge.evidence.observed import ClientRecord, Observed
 
 DEAD = {
@@ -63,22 +60,19 @@ class Worker:
     token_rate: float | None  # decode: generated tokens per second between the two samples
     direct_rate: float = 0.0  # tokens per second the client received straight from it
 
+    # Decode: tokens per second for the router's requests (less what the client got directly).
     @property
     def router_rate(self) -> float | None:
-        """Tokens per second it generates for the router's requests (all it generates, less
-        what the client ledger received from it directly)."""
         return None if self.token_rate is None else max(0.0, self.token_rate - self.direct_rate)
 
+    # Decode: at least as many wait for their KV as for anything else (running may be healthy).
     @property
     def mostly_waiting(self) -> bool:
-        """A decode with at least as many waiting for their KV as waiting for anything else
-        (its admission queue or its own KV memory); running streams may be healthy ones."""
         return self.waiting_kv >= self.queued + self.prealloc
 
+    # Decode: the share of the router's requests to it waiting for KV or failed in transfer.
     @property
     def waiting_share(self) -> float:
-        """Decode: the share of the router's requests to it that wait for their KV or failed
-        their transfer in the window."""
         stuck = self.waiting_kv + self.transfer_failures
         return stuck / max(1.0, self.in_flight + self.transfer_failures)
 
@@ -86,36 +80,35 @@ class Worker:
     def held(self) -> float:
         return self.queued + self.running + self.kv_ready + self.waiting_kv + self.prealloc
 
+    # Beyond the requests sent to it directly: KV ready, queued or prefilling, held in both
+    # samples; and the router's requests in flight to it that it does not hold now.
     @property
     def ready_for_router(self) -> float:
-        """Prefill: KV ready and not fetched, beyond the requests sent to it directly."""
         return max(0.0, self.kv_ready - self.direct)
 
     @property
     def prefilling_for_router(self) -> float:
-        """Queued or prefilling beyond the requests sent to it directly (floor 0)."""
         return max(0.0, self.queued + self.running - self.direct)
 
     @property
     def held_for_router(self) -> float:
-        """Requests it held in both samples beyond those sent to it directly (floor 0)."""
         return max(0.0, self.held - self.direct)
 
     @property
     def missing(self) -> float:
-        """The router's requests in flight to it that it does not hold now."""
         return self.in_flight - max(0.0, self.held_now - self.direct)
 
     @property
     def dead(self) -> str | None:
         return DEAD.get(self.process)
 
+    def sent_line(self, to: str = "it") -> str:
+        return f"the router has {self.in_flight:g} in flight to {to}"
+
     def load_line(self) -> str:
         if self.role == "prefill":
-            held = (
-                f"{self.queued:g} queued, {self.running:g} prefilling, {self.kv_ready:g} "
-                f"with KV ready for a decode"
-            )
+            ready = f"{self.kv_ready:g} with KV ready for a decode"
+            held = f"{self.queued:g} queued, {self.running:g} prefilling, {ready}"
         else:
             held = (
                 f"{self.prealloc:g} preallocating, {self.waiting_kv:g} waiting for KV, "
@@ -127,17 +120,17 @@ class Worker:
 
 def received_rates(records: list[ClientRecord], now: float) -> dict[str, float]:
     """Tokens per second each origin received over the last second (from its records)."""
-    start = now - RATE_WINDOW_S
     rates: dict[str, float] = {}
     for r in records:
-        first, tokens = r.get("first_token"), int(r.get("tokens") or 0)
-        if first is None or tokens < 2:
-            continue
-        end = float(r.get("last_byte") or r.get("finished") or now)
-        per_s = tokens / max(end - float(first), 1e-3)
-        overlap = max(0.0, min(end, now) - max(float(first), start))
-        key = r.get("origin", "?")
-        rates[key] = rates.get(key, 0.0) + per_s * overlap / RATE_WINDOW_S
+        first, tokens, origin = (
+            r.get("first_token"),
+            int(r.get("tokens") or 0),
+            r.get("origin", "?"),
+        )
+        if first is not None and tokens >= 2:
+            end = float(r.get("last_byte") or r.get("finished") or now)
+            rate = window_rate(tokens, float(first), end, now, RATE_WINDOW_S)
+            rates[origin] = rates.get(origin, 0.0) + rate
     return rates
 
 
@@ -156,26 +149,17 @@ def direct_records(obs: Observed) -> dict[str, list[ClientRecord]]:
     return out
 
 
-def direct_pending(obs: Observed) -> dict[str, int]:
-    """How many of those are pending, per worker."""
-    return {
-        name: sum(1 for r in records if r.get("state") == "pending")
-        for name, records in direct_records(obs).items()
-    }
-
-
 def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None = None) -> Worker:
     prefill = name in obs.prefill
 
     def gauge(metric: str) -> float:
         return obs.gauge(name, metric, held_from)
 
-    failures = sum(
-        obs.grew(name, c) for c in ("num_bootstrap_failed_reqs", "num_transfer_failed_reqs")
-    )
+    broken = obs.grew(name, "num_transfer_failed_reqs")
     cb = obs.router.get("cb_state", {}).get(name, 0.0)
     health = obs.router.get("health", {}).get(name, 1.0)
-    held_now = sum(obs.workers.get(name, {}).get(g, 0.0) for g in HELD_GAUGES)
+    latest = obs.workers.get(name, {})
+    held_now = sum(latest.get(g, 0.0) for g in HELD_GAUGES)
     # A router that keeps no per-worker count: its share of a worker is what the worker holds
     # beyond the requests sent to it directly (nothing then counts as lost on the way).
     in_flight = obs.in_flight(name) if obs.router_in_flight_known else max(0.0, held_now - direct)
@@ -191,17 +175,15 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
         kv_ready=gauge("num_prefill_inflight_queue_reqs") if prefill else 0.0,
         waiting_kv=0.0 if prefill else gauge("num_decode_transfer_queue_reqs"),
         prealloc=0.0 if prefill else gauge("num_decode_prealloc_queue_reqs"),
-        transfer_failures=failures,
+        transfer_failures=obs.grew(name, "num_bootstrap_failed_reqs") + broken,
         cb_open=cb == 1.0,
         router_healthy=health != 0.0,
-        transfer_broken=obs.grew(name, "num_transfer_failed_reqs"),
+        transfer_broken=broken,
         metrics_read=name in obs.workers,
         token_rate=_rate(obs, name),
         failed=obs.router_grew("cb_failed").get(name, 0.0),
         held_now=held_now,
-        waiting_kv_now=0.0
-        if prefill
-        else obs.workers.get(name, {}).get("num_decode_transfer_queue_reqs", 0.0),
+        waiting_kv_now=0.0 if prefill else latest.get("num_decode_transfer_queue_reqs", 0.0),
     )
 
 
@@ -211,24 +193,20 @@ class Servers:
     def __init__(
         self, obs: Observed, held_from: float | None = None, *, since: float | None = None
     ) -> None:
-        """``held_from``: since when the requests in question should be held where they are
-        (the oldest one overdue); an earlier engine sample from before then cannot show
-        whether a gauge holds them. ``since``: the start of the current window."""
+        """``held_from``: since when the requests should be held (an engine sample from before
+        then cannot show a gauge holding them); ``since``: the start of the current window."""
         self.obs = obs
         self.since = since
-        direct = direct_pending(obs)
+        direct = direct_records(obs)
+        pending = {n: sum(r.get("state") == "pending" for r in rs) for n, rs in direct.items()}
         self.workers = {
-            n: worker_facts(obs, n, direct.get(n, 0), held_from) for n in obs.worker_names
+            n: worker_facts(obs, n, pending.get(n, 0), held_from) for n in obs.worker_names
         }
-        for name, records in direct_records(obs).items():
+        for name, records in direct.items():
             self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
         self.ruled_out: list[str] = []
 
     # -- the router -------------------------------------------------------------------------
-    @property
-    def router_process(self) -> str:
-        return self.obs.process("router")
-
     @property
     def router_answers(self) -> bool:
         return self.obs.answered("router") or bool(self.obs.router)
@@ -236,8 +214,7 @@ class Servers:
     def router_line(self) -> str:
         obs = self.obs
         if not obs.router:
-            why = obs.unanswered.get("router metrics", "not read")
-            return f"router metrics: {why}"
+            return f"router metrics: {obs.unanswered.get('router metrics', 'not read')}"
         if not obs.router_in_flight_known:
             return "router in flight: this router keeps no per-worker count"
         active = ", ".join(f"{w} {obs.in_flight(w):g}" for w in obs.worker_names)
@@ -270,22 +247,26 @@ class Servers:
         return failing[0] if len(failing) == 1 else None
 
     def cancelled(self, role: str, failures: float) -> Worker | None:
-        """The one worker of ``role`` that counted about ``failures`` aborted requests in the
-        window (the router cancels a pair's other leg when one fails); None when several or
-        none did."""
+        """The one worker of ``role`` that counted about ``failures`` aborts in the window (the
+        router cancels a pair's other leg when one fails)."""
         floor = max(1.0, failures / 2)
-        hits = [
-            w for w in self.role(role) if self.obs.grew(w.name, "num_aborted_requests") >= floor
-        ]
+        hits = [w for w in self.role(role) if self.aborted(w) >= floor]
         return hits[0] if len(hits) == 1 else None
+
+    def aborted(self, w: Worker) -> float:
+        return self.obs.grew(w.name, "num_aborted_requests")
 
     def rule_out(self, hop: str, why: str) -> None:
         line = f"{hop}: {why}"
         if line not in self.ruled_out:
             self.ruled_out.append(line)
 
-    def verdict(self, hop: str, confidence: str, *because: str) -> Verdict:
+    def verdict(self, hop: str, confidence: str, *because: str | None) -> Verdict:
         return Verdict(hop, confidence, [b for b in because if b], list(self.ruled_out))
+
+    def lost_on(self, link: str, *because: str | None) -> Verdict:
+        """``link`` likely holds them, with the bytes it swallowed if it did."""
+        return self.verdict(link, LIKELY, self.swallowed_line(link), *because)
 
     def broken_path(self, links: list[str]) -> Verdict | None:
         """The first of ``links`` that does not carry /health while its far end answers it
@@ -303,11 +284,8 @@ class Servers:
         return None
 
     def swallowed_line(self, link: str) -> str | None:
-        gaps = self.obs.swallowed(link)
-        if not gaps:
+        if not (gaps := self.obs.swallowed(link)):
             return None
         parts = ", ".join(f"{d} {n:g} B" for d, n in sorted(gaps.items()))
-        return (
-            f"{link} swallowed bytes on connections that closed in the window ({parts} "
-            f"entered and were never delivered; Toxiproxy byte counters)"
-        )
+        closed = f"{link} swallowed bytes on connections that closed in the window"
+        return f"{closed} ({parts} entered and were never delivered; Toxiproxy byte counters)"

@@ -1,8 +1,5 @@
-"""The timeline of a test: ``timeline.html`` to read, ``timeline.trace.json`` to zoom and search.
-
-Both render one :class:`~.model.Timeline`: ``model`` gathers it (``waterfall`` draws each
-request across the hops it reached), ``html`` renders the page and ``trace`` the Chrome trace.
-"""
+"""The timeline of a test: ``timeline.html`` to read, ``timeline.trace.json`` to zoom, both
+renderings of one :class:`~.model.Timeline` (``waterfall`` draws each request's hops)."""
 
 from __future__ import annotations
 

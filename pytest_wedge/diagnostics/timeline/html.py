@@ -1,11 +1,7 @@
 """timeline.html: one self-contained page (inline CSS, SVG, a few lines of JS; nothing fetched).
 
-Top to bottom: the test and its failure, the diagnosis, a time axis, one labelled row per fault
-window, one lane per link with its byte rate over time, then one row per request grouped by
-origin (each group a collapsible ``<details>``), drawn as a waterfall across the hops the
-request reached. Fault windows shade the whole chart; watchdog firings, the diagnosis and the
-failure are vertical lines. Stable ``data-*`` attributes let tests and tools find everything.
-"""
+The diagnosis, a time axis, a row per fault window, a lane per link with its byte rate, then a
+waterfall row per request grouped by origin. Stable ``data-*`` attributes let tests find it."""
 
 from __future__ import annotations
 
@@ -211,14 +207,10 @@ def render_html(tl: Timeline) -> str:
     legend = "".join(
         f'<span class="key" style="background:{c}">{k}</span>' for k, c in HOP_COLOURS.items()
     )
-    failure = (
-        (
-            f'<p class="failure" data-failure="{_a(tl.failure)}">failed: '
-            f"{html.escape(tl.failure)}</p>"
-        )
-        if tl.failure
-        else ""
-    )
+    failure = ""
+    if tl.failure:
+        failed = f"failed: {html.escape(tl.failure)}"
+        failure = f'<p class="failure" data-failure="{_a(tl.failure)}">{failed}</p>'
     dropped = f"; {tl.dropped} older requests of other origins not drawn" if tl.dropped else ""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tl.start))
     facts = "".join(f"<li>{html.escape(f)}</li>" for f in tl.evidence)

@@ -1,9 +1,5 @@
-"""timeline.trace.json: the timeline as Chrome trace events (Perfetto, chrome://tracing).
-
-One process per origin with a thread per request (its hops as ``X`` slices), a ``links``
-process with a counter per link, and a ``faults and marks`` process. Slices on one thread must
-nest or Perfetto drops them: overlapping hops go to a second thread, ``<request> (overlap)``.
-"""
+"""timeline.trace.json: the timeline as Chrome trace events (Perfetto, chrome://tracing). Slices
+on one thread must nest or Perfetto drops them: overlapping hops go to ``<request> (overlap)``."""
 
 from __future__ import annotations
 
@@ -41,16 +37,7 @@ def _slice(
 ) -> Event:
     ts = _us(tl, start)
     dur = max(_us(tl, end) - ts, 0)
-    return {
-        "name": name,
-        "cat": cat,
-        "ph": "X",
-        "ts": ts,
-        "dur": dur,
-        "pid": pid,
-        "tid": tid,
-        "args": args,
-    }
+    return dict(name=name, cat=cat, ph="X", ts=ts, dur=dur, pid=pid, tid=tid, args=args)
 
 
 def pack(segments: list[Segment]) -> list[list[Segment]]:
@@ -92,32 +79,14 @@ def _faults_and_marks(tl: Timeline) -> list[Event]:
         events.append(_meta("thread_name", FAULTS_PID, tid, name=f"fault on {f.target}"))
         events.append(_slice(tl, f.label, "fault", f.start, end, FAULTS_PID, tid, args))
     for m in tl.markers:
-        ts = _us(tl, m.at)
-        events.append(
-            {
-                "name": m.label,
-                "cat": m.kind,
-                "ph": "i",
-                "s": "g",
-                "ts": ts,
-                "pid": FAULTS_PID,
-                "tid": 0,
-                "args": {"where": m.where},
-            }
-        )
+        mark = dict(name=m.label, cat=m.kind, ph="i", s="g", ts=_us(tl, m.at), pid=FAULTS_PID)
+        events.append(mark | {"tid": 0, "args": {"where": m.where}})
     return events
 
 
 def _counter(tl: Timeline, link: str, at: float, upstream: float, downstream: float) -> Event:
     args = {"upstream": round(upstream, 1), "downstream": round(downstream, 1)}
-    return {
-        "name": link,
-        "cat": "link",
-        "ph": "C",
-        "ts": _us(tl, at),
-        "pid": LINKS_PID,
-        "args": args,
-    }
+    return dict(name=link, cat="link", ph="C", ts=_us(tl, at), pid=LINKS_PID, args=args)
 
 
 def _links(tl: Timeline) -> list[Event]:
@@ -140,13 +109,8 @@ def trace_events(tl: Timeline) -> dict[str, object]:
         for row in rows:
             more, tid = _request(tl, row, pid, tid)
             events += more
-    other = {
-        "format": TRACE_FORMAT,
-        "title": tl.title,
-        "failure": tl.failure,
-        "diagnosis": tl.headline,
-        "start_unix_s": tl.start,
-    }
+    other: Event = dict(format=TRACE_FORMAT, title=tl.title, failure=tl.failure)
+    other |= {"diagnosis": tl.headline, "start_unix_s": tl.start}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 

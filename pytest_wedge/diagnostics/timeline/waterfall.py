@@ -1,8 +1,5 @@
-"""Where each request went: its waterfall of hops, from the client ledger and the stubs' ledgers.
-
-The timeline is a report, not the locator, so it may read the ground truth (the stubs' ledgers)
-to draw which hops a request reached and how long it spent at each.
-"""
+"""Where each request went: its waterfall of hops from the client and stub ledgers (the timeline
+is a report, not the locator, so it may read the ground truth)."""
 
 from __future__ import annotations
 
@@ -42,6 +39,10 @@ def _latest(entries: list[LedgerEntry]) -> LedgerEntry | None:
     return max(entries, key=lambda e: (e.get("t") or {}).get("arrived", 0.0)) if entries else None
 
 
+def _latest_each(by_component: dict[str, list[LedgerEntry]]) -> dict[str, LedgerEntry]:
+    return {c: last for c, es in by_component.items() if (last := _latest(es)) is not None}
+
+
 def _by_request(snapshot: Snapshot) -> dict[str, dict[str, list[LedgerEntry]]]:
     found: dict[str, dict[str, list[LedgerEntry]]] = {}
     for component, entries in snapshot.ledgers.items():
@@ -50,10 +51,9 @@ def _by_request(snapshot: Snapshot) -> dict[str, dict[str, list[LedgerEntry]]]:
     return found
 
 
-def _worker_segments(
-    snapshot: Snapshot, seen: dict[str, LedgerEntry], now: float, first_prefill: str
-) -> list[Segment]:
-    prefill = next((c for c in seen if c in snapshot.prefill), first_prefill)
+def _worker_segments(snapshot: Snapshot, seen: dict[str, LedgerEntry], now: float) -> list[Segment]:
+    first = snapshot.prefill[0] if snapshot.prefill else "prefill-0"
+    prefill = next((c for c in seen if c in snapshot.prefill), first)
     out: list[Segment] = []
     for component, e in seen.items():
         t = e.get("t") or {}
@@ -81,8 +81,7 @@ def client_row(
     direct = all(c in snapshot.decode and e.get("room") is None for c, e in seen.items())
     if sent and not (seen and direct):
         segments.append(Segment("router", float(sent), min(arrivals, default=end)))
-    first_prefill = snapshot.prefill[0] if snapshot.prefill else "prefill-0"
-    segments += _worker_segments(snapshot, seen, now, first_prefill)
+    segments += _worker_segments(snapshot, seen, now)
     if holding and "->" in holding and sent and holding not in {s.hop for s in segments}:
         # A link that holds the request keeps no ledger: draw the hold there.
         segments.append(Segment(holding, float(sent), end))
@@ -104,12 +103,9 @@ def worker_only_row(
     request_id: str, by_component: dict[str, list[LedgerEntry]], snapshot: Snapshot
 ) -> RequestRow:
     """A request no client ledger of ours knows (another process's load): worker side only."""
-    seen = {c: last for c, es in by_component.items() if (last := _latest(es)) is not None}
-    first_prefill = snapshot.prefill[0] if snapshot.prefill else "prefill-0"
-    segments = sorted(
-        _worker_segments(snapshot, seen, snapshot.taken_at, first_prefill),
-        key=lambda s: (s.start, s.end),
-    )
+    seen = _latest_each(by_component)
+    segments = _worker_segments(snapshot, seen, snapshot.taken_at)
+    segments.sort(key=lambda s: (s.start, s.end))
     some = next(iter(seen.values()))
     return RequestRow(
         request_id,
@@ -129,10 +125,7 @@ def request_rows(snapshot: Snapshot, diagnosis: Diagnosis | None) -> list[Reques
     rows: list[RequestRow] = []
     for record in snapshot.client:
         rid = str(record.get("request_id"))
-        seen = {
-            c: last for c, es in found.get(rid, {}).items() if (last := _latest(es)) is not None
-        }
-        rows.append(client_row(record, seen, snapshot, held.get(rid)))
+        rows.append(client_row(record, _latest_each(found.get(rid, {})), snapshot, held.get(rid)))
     known = {str(r.get("request_id")) for r in snapshot.client}
     rows += [worker_only_row(rid, by, snapshot) for rid, by in found.items() if rid not in known]
     return sorted(rows, key=lambda r: r.start)
