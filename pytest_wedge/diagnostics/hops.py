@@ -240,8 +240,14 @@ def _failed_at_the_front(ctx: Context, record: ClientRecord, error: str) -> Hold
     status = record.get("status")
     if (status is None or status < 400) and any(c in error for c in BROKEN_CONNECTION):
         # The worker ledgers only show where the request was when its connection was cut
-        # (the router then aborts both legs); the cut itself is the client<->router hop's.
-        cut = ctx.restarted(record, ["router"]) or ctx.suspect(["client->router", "router"])
+        # (the router then aborts both legs); the cut itself is the client<->router hop's. A
+        # faulty client->router link is a cut for certain, so it comes before a router restart
+        # within the slack, which may have been over before the request was sent.
+        cut = (
+            ctx.suspect(["client->router"])
+            or ctx.restarted(record, ["router"])
+            or ctx.suspect(["router"])
+        )
         if cut is None:
             cut = "router" if ctx.router_silent else "client->router"
         return Hold("client->router (sent)", cut, f"connection to the router broke: {error[:60]}")

@@ -156,6 +156,26 @@ def test_connections_cut_mid_request_blame_the_cut_not_where_the_legs_were() -> 
     assert_located(snap, "client->router")
 
 
+def test_a_cut_on_a_down_link_is_the_link_s_though_the_router_restarted_just_before() -> None:
+    # The router came back (a reset after an earlier test) a second before these were sent:
+    # its restart was over, the disabled link is what broke their connections.
+    cut = [
+        record(
+            i, state="unknown", finished=NOW - 0.2, error="ReadError: Can not write request body"
+        )
+        for i in range(10)
+    ]
+    snap = snapshot(cut, links={"client->router": {"enabled": False}})
+    snap.observed = Observed(
+        taken_at=NOW,
+        prefill=["prefill-0"],
+        decode=["decode-0"],
+        link_names=LINKS,
+        started={"router": NOW - 3.0},
+    )
+    assert_located(snap, "client->router")
+
+
 def test_old_failures_are_outside_the_window() -> None:
     old = [
         record(
