@@ -23,9 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from pytest_wedge.errors import WedgeError
-from pytest_wedge.evidence.fetch import gather
-from pytest_wedge.evidence.read_public import observed_jobs
-from pytest_wedge.evidence.snapshot import Snapshot, empty_snapshot, fill, truth_jobs
+from pytest_wedge.evidence.snapshot import Snapshot, read_servers
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -88,17 +86,16 @@ class Probe:
     def sample(self) -> Snapshot:
         """One sample, taken now in the calling thread."""
         started = time.time()
-        jobs, timeouts = truth_jobs(
+        snapshot = read_servers(
             self.topology,
             self.timeout_s,
+            truth=True,
             ledgers=False,
             ledger_timeout_s=self.timeout_s,
             toxics=False,
+            extras=False,
+            pool=self._pool,
         )
-        public, public_timeouts = observed_jobs(self.topology, self.timeout_s, extras=False)
-        results, failed = gather(jobs | public, timeouts | public_timeouts, self._pool)
-        snapshot = empty_snapshot(self.topology)
-        fill(snapshot, self.topology, results, failed)
         assert snapshot.observed is not None
         snapshot.taken_at = snapshot.observed.taken_at = time.time()
         snapshot.collect_s = snapshot.taken_at - started

@@ -218,6 +218,32 @@ def _read_again(
     fill(snapshot, topology, {k: v for k, v in results.items() if k.endswith(" state")})
 
 
+def read_servers(
+    topology: Topology,
+    timeout_s: float,
+    *,
+    truth: bool,
+    ledgers: bool,
+    ledger_timeout_s: float,
+    toxics: bool = True,
+    extras: bool = True,
+    pool: ThreadPoolExecutor | None = None,
+) -> Snapshot:
+    """One parallel read of every server into a new snapshot: what an operator sees (with
+    ``extras``: health, /workers, processes, logs) and, with ``truth``, the stubs' states (and
+    their ``ledgers``, and the ``toxics``). A diagnosis and each probe sample are one of these."""
+    jobs, timeouts = observed_jobs(topology, timeout_s, extras=extras)
+    if truth:
+        more, more_timeouts = truth_jobs(
+            topology, timeout_s, ledgers=ledgers, ledger_timeout_s=ledger_timeout_s, toxics=toxics
+        )
+        jobs, timeouts = jobs | more, timeouts | more_timeouts
+    results, failed = gather(jobs, timeouts, pool)
+    snapshot = empty_snapshot(topology)
+    fill(snapshot, topology, results, failed)
+    return snapshot
+
+
 def collect(
     topology: Topology,
     ledger: ClientLedger,
@@ -237,15 +263,9 @@ def collect(
     # states show whatever the client saw (they only grow or stick); read before it, a
     # failure the client saw during a slow collection would have no trace on any server.
     client = client_records(ledger)
-    snapshot = empty_snapshot(topology)
-    jobs, timeouts = observed_jobs(topology, timeout_s)
-    if truth:
-        more, more_timeouts = truth_jobs(
-            topology, timeout_s, ledgers=True, ledger_timeout_s=ledger_timeout_s
-        )
-        jobs, timeouts = jobs | more, timeouts | more_timeouts
-    results, failed = gather(jobs, timeouts, pool)
-    fill(snapshot, topology, results, failed)
+    snapshot = read_servers(
+        topology, timeout_s, truth=truth, ledgers=True, ledger_timeout_s=ledger_timeout_s, pool=pool
+    )
     obs = snapshot.observed
     assert obs is not None
     attach_before(obs, before.observed if before else None, window.observed if window else None)
