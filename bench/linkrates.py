@@ -15,6 +15,7 @@ from pathlib import Path
 from bench.common import report
 from pytest_wedge.diagnostics import collect, locate
 from pytest_wedge.diagnostics.timeline import write_timeline
+from pytest_wedge.evidence.probe import Probe
 from pytest_wedge.handle import Wedge
 from pytest_wedge.links.rates import LinkMeter
 from pytest_wedge.topology.running import Topology
@@ -25,10 +26,12 @@ SAMPLES = 40
 
 
 def harness_requests_per_s(topology: Topology, meter: bool) -> float:
-    """One harness run (30 agents x 10 rounds), in completed requests/s, probe at its default."""
+    """One harness run (30 agents x 10 rounds), in completed requests/s, under a probe at its
+    default interval that meters the links or not: the meter's cost is its part of each tick."""
     topology.reset()
-    wedge = Wedge(topology)
-    link_meter = LinkMeter(topology).start() if meter else None
+    wedge = Wedge(topology, probe_interval_s=0)
+    on_sample = LinkMeter(topology).add_sample if meter else None
+    probe = Probe(topology, on_sample=on_sample).start()
     try:
         started = time.perf_counter()
         harness = wedge.harness(agents=30, rounds=10, max_tokens=16)
@@ -37,8 +40,7 @@ def harness_requests_per_s(topology: Topology, meter: bool) -> float:
         elapsed = time.perf_counter() - started
         ok = wedge.ledger.by_origin("harness").states()["ok"]
     finally:
-        if link_meter is not None:
-            link_meter.stop()
+        probe.stop()
         wedge.close()
     return ok / elapsed
 
@@ -56,13 +58,14 @@ def sample_seconds(topology: Topology) -> list[float]:
 def timeline_of_300(topology: Topology, out: Path) -> tuple[float, float, float, int]:
     """Build and write the timeline of 300 harness requests; (seconds, html kB, trace kB, rows)."""
     topology.reset()
-    wedge = Wedge(topology)
+    wedge = Wedge(topology)  # its probe meters the links
     try:
-        with LinkMeter(topology) as meter:
-            wedge.harness(agents=30, rounds=10, max_tokens=16).wait(120)
-            snapshot = collect(topology, wedge.ledger)
+        wedge.harness(agents=30, rounds=10, max_tokens=16).wait(120)
+        snapshot = collect(topology, wedge.ledger)
+        assert wedge.link_meter is not None
+        link_rates = wedge.link_meter.rates()
         started = time.perf_counter()
-        page, trace = write_timeline(out, locate(snapshot), snapshot, link_rates=meter.rates())
+        page, trace = write_timeline(out, locate(snapshot), snapshot, link_rates=link_rates)
         spent = time.perf_counter() - started
     finally:
         wedge.close()

@@ -24,8 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from pytest_wedge.evidence.read_public import link_bytes
 
@@ -143,18 +142,15 @@ def rates_from_samples(samples: Iterable[Snapshot]) -> LinkRates:
 class LinkMeter:
     """Every link's bytes so far, one point at a time: Toxiproxy's counters (closed
     connections) plus ``ss``'s (open ones); :meth:`rates` turns the series into
-    :class:`LinkRates`. The probe hands it each of its samples (:meth:`add_sample`); alone,
-    ``with LinkMeter(topology):`` takes a point every ``interval_s`` in a thread."""
+    :class:`LinkRates`. The probe hands it each of its samples (:meth:`add_sample`), so the
+    links are metered in the probe's tick and nowhere else."""
 
-    def __init__(self, topology: Topology, interval_s: float = 1.0, *, maxlen: int = 4000) -> None:
+    def __init__(self, topology: Topology, *, maxlen: int = 4000) -> None:
         self.topology = topology
-        self.interval_s = interval_s
         self.errors = 0
         self._ports = {link.listen_port: name for name, link in topology.links.items()}
         self._series: deque[tuple[float, Totals]] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def add(self, closed: Mapping[str, Mapping[str, float]] | None) -> None:
         """A point from Toxiproxy's counters just read (None: they did not answer) and the
@@ -190,31 +186,3 @@ class LinkMeter:
         # Without ss the open connections are unseen: say so rather than claim both.
         found = shutil.which("ss") is not None
         return rates(self.series(), SOURCE_BOTH if found else f"{SOURCE_TOXIPROXY}; ss not found")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.sample()
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
-
-    def start(self) -> Self:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="wedge-linkmeter", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -77,8 +77,3 @@ def test_each_probe_sample_meters_the_links_and_the_series_outlives_the_stop(wed
 def test_the_handle_meters_the_links_with_its_probe(wedge):
     assert wedge.probe is not None and wedge.link_meter is not None
     assert wedge.probe.on_sample == wedge.link_meter.add_sample
-
-
-def test_without_a_probe_a_thread_meters_the_links(wedge):
-    with LinkMeter(wedge.topology, interval_s=0.1) as meter:
-        wait_for(lambda: len(meter.series()) >= 2, timeout_s=10, what="2 meter points")

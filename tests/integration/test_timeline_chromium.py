@@ -139,15 +139,13 @@ def test_timeline_of_a_failing_30_agent_run_with_a_stray(
 ) -> None:
     browser = chromium()
     # The handle's own probe and link meter when it runs them (the default), else ours.
-    probe = wedge.probe or Probe(wedge.topology).start()
-    meter = wedge.link_meter or LinkMeter(wedge.topology).start()
+    meter = wedge.link_meter or LinkMeter(wedge.topology)
+    probe = wedge.probe or Probe(wedge.topology, on_sample=meter.add_sample).start()
     try:
         run = failing_run(wedge, probe)
     finally:
         if wedge.probe is None:
             probe.stop()
-        if wedge.link_meter is None:
-            meter.stop()
     snapshot = run["snapshot"]
     diagnosis = locate(snapshot)
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
