@@ -65,6 +65,7 @@ def write_artifacts(
     title: str | None = None,
     failure: str | None = None,
     marks: Iterable[Mark] = (),
+    started: float | None = None,
     log_offsets: dict[str, int] | None = None,
     context: Mapping[str, object] | None = None,
 ) -> Path:
@@ -104,5 +105,6 @@ def write_artifacts(
         title=title,
         failure=failure,
         marks=marks,
+        started=started,
     )
     return out

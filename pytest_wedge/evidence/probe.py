@@ -8,7 +8,7 @@ router counters are compared; the timeline reads them all. :meth:`Probe.mark` ta
 once: a fault window opens with it (``handle.py``), so a window starts just before its fault.
 
 Each sample is also handed to ``on_sample``: the handle's link meter takes its point there
-(``links/rates.py``), in the same tick.
+(``links/rates.py``), in the same tick and before a mark waiting for the sample returns.
 """
 
 from __future__ import annotations
@@ -77,8 +77,11 @@ class Probe:
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self) -> Self:
+        """The first sample is taken here, in the caller's thread: the samples (and the link
+        meter's points) start with the test, before any load it sends."""
         if self._thread is None:
             self._pool = ThreadPoolExecutor(32, thread_name_prefix="wedge-probe-fetch")
+            self._tick()
             self._thread = threading.Thread(target=self._run, name="wedge-probe", daemon=True)
             self._thread.start()
         return self
@@ -103,7 +106,7 @@ class Probe:
 
     def _run(self) -> None:
         try:
-            due = 0.0  # the first sample at once
+            due = time.monotonic() + self.interval_s  # start() took the first one
             while self._wait(due):
                 due = time.monotonic() + self.interval_s
                 self._tick()
@@ -135,16 +138,16 @@ class Probe:
             snapshot = self.sample()
         except Exception as exc:  # one failed sample is counted, never the end of the probe
             self._count_error(exc)
+        if snapshot is not None and self.on_sample is not None:
+            try:  # before the notify: a mark's fault goes ahead only once the point is taken
+                self.on_sample(snapshot)
+            except Exception as exc:
+                self._count_error(exc)
         with self._changed:
             if snapshot is not None:
                 self._samples.append(snapshot)
             self._tick_at = snapshot.taken_at if snapshot is not None else time.time()
             self._changed.notify_all()
-        if snapshot is not None and self.on_sample is not None:
-            try:  # after the notify: a mark waiting for this sample need not wait for it
-                self.on_sample(snapshot)
-            except Exception as exc:
-                self._count_error(exc)
 
     def _count_error(self, exc: Exception) -> None:
         self.errors += 1

@@ -52,6 +52,9 @@ class RateSpan:
     end: float
     upstream: float
     downstream: float
+    # The link end that was stopped (SIGSTOP) all through this step, if one was: the bytes
+    # moved anyway, and the timeline says why.
+    while_stopped: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,6 @@ class LinkRates:
 
     spans: dict[str, list[RateSpan]]
     source: str
-
-    def peak(self, link: str) -> float:
-        return max((max(s.upstream, s.downstream) for s in self.spans.get(link, [])), default=0.0)
 
 
 def open_socket_bytes(ports: Mapping[int, str]) -> Totals:
@@ -115,15 +115,20 @@ def add_counters(closed: Mapping[str, Mapping[str, float]], live: Totals) -> Tot
 
 
 def rates(series: Sequence[tuple[float, Totals]], source: str) -> LinkRates:
-    """Rates between consecutive samples. A dip (a connection's bytes moving from the kernel's
-    count to Toxiproxy's between the two reads) is clamped to 0 rather than drawn negative."""
+    """Rates between consecutive points of each link's running total. A total may dip (a
+    connection that closed between Toxiproxy's read and ``ss``'s is in neither count until the
+    next point): the total kept is the highest seen, so the bytes' return is not drawn as new
+    traffic."""
     spans: dict[str, list[RateSpan]] = {}
-    for (t0, before), (t1, after) in pairwise(series):
+    highest: Totals = {}
+    for (t0, _), (t1, after) in pairwise(series):
         if t1 <= t0:
             continue
-        for link in after:
-            was, now = before.get(link, {}), after[link]
-            up, down = (max(0.0, now.get(d, 0.0) - was.get(d, 0.0)) / (t1 - t0) for d in DIRECTIONS)
+        for link, now in after.items():
+            was = highest.setdefault(link, dict(series[0][1].get(link, {})))
+            moved = [max(0.0, now.get(d, 0.0) - was.get(d, 0.0)) for d in DIRECTIONS]
+            was.update({d: was.get(d, 0.0) + m for d, m in zip(DIRECTIONS, moved, strict=True)})
+            up, down = (m / (t1 - t0) for m in moved)
             spans.setdefault(link, []).append(RateSpan(t0, t1, up, down))
     return LinkRates(spans, source)
 
@@ -152,23 +157,27 @@ class LinkMeter:
         self._series: deque[tuple[float, Totals]] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
 
-    def add(self, closed: Mapping[str, Mapping[str, float]] | None) -> None:
-        """A point from Toxiproxy's counters just read (None: they did not answer) and the
-        open sockets' bytes read now. A failure is counted, never raised."""
+    def add(
+        self, closed: Mapping[str, Mapping[str, float]] | None, at: float | None = None
+    ) -> None:
+        """A point at ``at`` (default: now) from Toxiproxy's counters just read (None: they did
+        not answer) and the open sockets' bytes read now. A failure is counted, never raised."""
         try:
             if closed is None:
                 raise ValueError("Toxiproxy's counters did not answer")
-            point = (time.time(), add_counters(closed, open_socket_bytes(self._ports)))
+            totals = add_counters(closed, open_socket_bytes(self._ports))
         except Exception:
             self.errors += 1
             return
         with self._lock:
-            self._series.append(point)
+            self._series.append((time.time() if at is None else at, totals))
 
     def add_sample(self, sample: Snapshot) -> None:
-        """A point from a probe sample's Toxiproxy counters, with the open sockets' now."""
+        """A point from a probe sample's Toxiproxy counters, with the open sockets' now,
+        stamped with the sample's moment: the lanes' steps then meet the probe's samples (and
+        a fault window's first one) where they were taken, not where the meter read them."""
         read = sample.observed is not None and LINK_JOB not in sample.unanswered
-        self.add(sample.observed.traffic if read and sample.observed else None)
+        self.add(sample.observed.traffic if read and sample.observed else None, sample.taken_at)
 
     def sample(self) -> None:
         """One point, taken here and now."""

@@ -1,4 +1,5 @@
-"""The timeline a failing test's wedge report writes: link lanes with bytes, and the trace."""
+"""The timeline a failing test's wedge report writes: link lanes with bytes, a y-axis and
+labelled peaks, time 0 at the test's start, and the trace."""
 
 from __future__ import annotations
 
@@ -34,5 +35,10 @@ def test_a_failing_tests_timeline_has_moving_link_lanes_and_a_sound_trace(pytest
     # drawn are the open sockets' ones, from the handle's link meter.
     assert float(peaks["router->prefill-0"]) > 0, peaks
     assert float(peaks["decode-0->prefill-0"]) > 0, peaks
+    text = page.read_text()
+    # Time 0 is the test's start, and every lane has a y-axis; the moving ones a labelled peak.
+    assert 'data-zero="test start"' in text
+    assert text.count('class="yaxis"') == len(peaks)
+    assert text.count('class="peak"') == sum(float(p) > 0 for p in peaks.values())
     trace = json.loads((page.parent / "timeline.trace.json").read_text())
     assert problems(trace) == []

@@ -1,5 +1,6 @@
 """The probe's thread on its own (no topology: each sample is a stand-in): samples come once a
-second by default, a mark takes one at once, and a failing sample never ends the probe."""
+second by default (the first in start()), a mark takes one at once, and a failing sample never
+ends the probe."""
 
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ def test_a_mark_takes_a_sample_at_once_and_returns_its_moment() -> None:
         first = probe.samples()[0]
         assert probe.slow_before(first.taken_at - 1.0) is first  # else the oldest one kept
     assert probe.mark() is None  # stopped: no wait
+
+
+def test_start_takes_the_first_sample_and_a_marks_point_is_in_before_it_returns() -> None:
+    probe = StandIn(interval_s=60.0)
+    points: list[float] = []
+    probe.on_sample = lambda sample: points.append(sample.taken_at)
+    with probe:
+        # Taken in start(): the link meter's points start with the test, before its load.
+        assert len(probe.samples()) == 1 and len(points) == 1
+        at = probe.mark()
+        # A fault goes ahead once mark() returns: its window's first point is in by then.
+        assert at is not None and points[-1] == at
 
 
 def test_marks_from_several_threads_each_get_a_sample_after_they_asked() -> None:

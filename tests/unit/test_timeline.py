@@ -17,6 +17,7 @@ from pytest_wedge.diagnostics.timeline import (
     write_timeline,
 )
 from pytest_wedge.diagnostics.timeline.html import Scale
+from pytest_wedge.diagnostics.timeline.model import FaultSpan, lane_spans
 from pytest_wedge.diagnostics.timeline.trace import pack
 from pytest_wedge.diagnostics.timeline.waterfall import Segment
 from pytest_wedge.evidence.observed import Observed
@@ -62,7 +63,19 @@ def test_rates_add_toxiproxy_counters_to_open_sockets_and_never_go_negative() ->
     (span,) = series.spans["client->router"]
     assert span.upstream == 0.0  # 480 < 500: a dip between two reads, clamped
     assert span.downstream == 2000.0
-    assert series.peak("client->router") == 2000.0
+
+
+def test_a_connection_closing_between_the_two_reads_is_not_drawn_as_new_traffic() -> None:
+    open_ = {"router->decode-0": {"upstream": 400.0, "downstream": 0.0}}
+    closed = {"router->decode-0": {"upstream_in": 400.0, "downstream_out": 0.0}}
+    series = [
+        (NOW, add_counters({}, open_)),
+        # It closed after Toxiproxy's read and before ss's: in neither count.
+        (NOW + 1, add_counters({}, {"router->decode-0": {}})),
+        (NOW + 2, add_counters(closed, {})),
+    ]
+    spans = rates(series, SOURCE_TOXIPROXY).spans["router->decode-0"]
+    assert [(s.upstream, s.downstream) for s in spans] == [(0.0, 0.0), (0.0, 0.0)]
 
 
 def test_probe_samples_give_toxiproxy_only_rates() -> None:
@@ -128,7 +141,7 @@ def test_300_requests_are_300_rows_and_the_last_axis_label_stays_inside() -> Non
     rows = re.findall(r'class="row" data-request="[^"]+" data-origin="([^"]+)"', page)
     assert rows.count("harness") == 300 and rows.count("stray-1") == 6
     assert len(page) < 400_000
-    ticks = re.findall(r'<div class="lane axis bottom">.*?</div></div>', page)[0]
+    ticks = re.findall(r'<div class="lane axis bottom".*?</div></div>', page)[0]
     assert re.findall(r'class="tick" style="(left|right):', ticks)[-1] == "right"
     assert 'data-link="client->router" data-peak="5000" data-moving="18"' in page
     assert page.count('data-mark="failure"') == 1  # the caller's mark, not a second one
@@ -192,3 +205,55 @@ def test_write_timeline_caps_the_page_but_not_the_trace(tmp_path: Path) -> None:
         if e.get("cat") == "hop"
     }
     assert len(requests) == 306
+
+
+def router_pause() -> tuple[Snapshot, dict[str, object], LinkRates]:
+    """A router paused from NOW-5 to NOW-2 (a fault window opens with a sample just before
+    its fault): a diagnosis's /health moves 149 B through router->decode-0 during the pause,
+    and the router's held requests go out in the step where it resumes."""
+    pause = {"description": "Pause on router", "target": "router", "started": NOW - 5}
+    pause["ended"] = NOW - 2
+    edges = [NOW - 7, NOW - 6, NOW - 5.01, NOW - 4, NOW - 3, NOW - 2.5, NOW - 1.5]
+    moved = [1000.0, 1000.0, 0.0, 149.0, 0.0, 5000.0]
+    spans = [
+        RateSpan(a, b, m / (b - a), 0.0)
+        for a, b, m in zip(edges[:-1], edges[1:], moved, strict=True)
+    ]
+    rates_ = {link: list(spans) for link in ("router->decode-0", "decode-0->prefill-0")}
+    snap, _ = three_hundred()
+    return snap, pause, LinkRates(rates_, "test")
+
+
+def test_no_traffic_is_drawn_on_a_link_while_its_end_is_stopped_unless_bytes_moved() -> None:
+    _, _, link_rates = router_pause()
+    stop = FaultSpan("Pause on router", "router", NOW - 5, NOW - 2, stops=True)
+    lane = lane_spans("router->decode-0", link_rates.spans["router->decode-0"], [stop], NOW)
+    during = [s for s in lane if s.start < NOW - 2 and s.end > NOW - 5]
+    assert all(s.while_stopped == "router" for s in during), during
+    # Only the step with the diagnosis's 149 B is drawn inside the pause, marked as such.
+    assert [round(s.upstream * (s.end - s.start)) for s in during] == [149]
+    # The resume step's bytes are drawn where the router ran again, all of them.
+    (after,) = [s for s in lane if s.start >= NOW - 2 and s.end <= NOW - 1.5]
+    assert (after.start, after.while_stopped) == (NOW - 2, "")
+    assert after.upstream * (after.end - after.start) == 5000.0
+    # A link with no stopped end is drawn as metered.
+    other = lane_spans("decode-0->prefill-0", link_rates.spans["decode-0->prefill-0"], [stop], NOW)
+    assert other == link_rates.spans["decode-0->prefill-0"]
+
+
+def test_the_page_has_a_y_axis_labelled_peaks_and_time_0_at_the_tests_start() -> None:
+    snap, pause, link_rates = router_pause()
+    page = render_timeline(locate(snap), snap, [pause], link_rates=link_rates, started=NOW - 8)
+    lane = re.search(r'<div class="lane link" data-link="router->decode-0".*?</svg>', page)
+    assert lane is not None
+    text = lane.group(0)
+    assert 'data-ymax="10000"' in text and ">10 kB/s<" in text  # 5000 B in 0.5 s
+    assert 'class="peak" data-peak-at="6.25"' in text
+    assert 'data-while-stopped="router" data-bytes="149"' in text
+    assert "path class" in text and 'class="stopped"' in text
+    assert 'data-zero="test start"' in page
+    assert 'data-since="3.000"' in page and "Pause on router (3.0 s): +3.00s to +6.00s" in page
+    data = trace_events(build_timeline(locate(snap), snap, [pause], link_rates=link_rates))
+    assert problems(data) == []
+    names = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
+    assert "router->decode-0 while router stopped" in names

@@ -51,9 +51,10 @@ def write_timeline(
     marks: Iterable[Mark] = (),
     link_rates: LinkRates | None = None,
     max_rows: int = MAX_ROWS,
+    started: float | None = None,
 ) -> tuple[Path, Path]:
     """Write timeline.html (at most ``max_rows`` rows) and timeline.trace.json (every
-    request) into ``directory``; returns both paths."""
+    request) into ``directory``; returns both paths. ``started``: the test's start, time 0."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     build = partial(
@@ -67,6 +68,7 @@ def write_timeline(
         failure=failure,
         marks=list(marks),
         link_rates=link_rates,
+        started=started,
     )
     page, trace = out / "timeline.html", out / "timeline.trace.json"
     page.write_text(render_html(build(max_rows=max_rows)))

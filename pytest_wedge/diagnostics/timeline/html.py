@@ -23,7 +23,7 @@ HOP_COLOURS = {
 }
 # A big group of another origin starts folded, so the origin under test stays in view.
 FOLD_ABOVE = 40
-LANE_PX = 34
+LANE_PX = 40
 
 
 def hop_kind(hop: str) -> str:
@@ -37,11 +37,15 @@ def _a(value: object) -> str:
     return str(value).replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
 
 
-def _rate(value: float) -> str:
-    for unit, size in (("MB/s", 1e6), ("kB/s", 1e3)):
+def _size(value: float) -> str:
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
         if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B/s"
+            return f"{value / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{value:.0f} B"
+
+
+def _rate(value: float) -> str:
+    return f"{_size(value)}/s"
 
 
 class Scale:
@@ -57,10 +61,14 @@ class Scale:
         return max(self.pct(end) - self.pct(start), 0.15)
 
     def ticks(self, target: int = 8) -> list[float]:
-        raw = self.span / target
-        magnitude = 10 ** math.floor(math.log10(raw))
-        step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+        step = round_up(self.span / target)
         return [k * step for k in range(int(self.span / step) + 1)]
+
+
+def round_up(value: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (> 0)."""
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    return next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= value)
 
 
 def _anchored(pct: float) -> str:
@@ -71,14 +79,14 @@ def _anchored(pct: float) -> str:
     return f"left:{pct:.2f}%"
 
 
-def _axis(scale: Scale, where: str) -> str:
+def _axis(scale: Scale, where: str, zero: str) -> str:
     ticks = "".join(
         f'<span class="tick" style="{_anchored(scale.pct(scale.start + s))}">+{s:g}s</span>'
         for s in scale.ticks()
     )
     return (
-        f'<div class="lane axis {where}"><span class="label"></span><div class="track">'
-        f"{ticks}</div></div>"
+        f'<div class="lane axis {where}" data-zero="{_a(zero)}"><span class="label">'
+        f'seconds since the {html.escape(zero)}</span><div class="track">{ticks}</div></div>'
     )
 
 
@@ -88,10 +96,12 @@ def _faults(tl: Timeline, scale: Scale) -> str:
         end = f.end if f.end is not None else tl.end
         left, width = scale.pct(f.start), scale.width(f.start, end)
         state = "active at the end" if f.end is None else f"{end - f.start:.1f} s"
-        text = f"{f.label} ({state})"
+        until = "on" if f.end is None else f"to +{end - tl.start:.2f}s"
+        text = f"{f.label} ({state}): +{f.start - tl.start:.2f}s {until}"
         rows.append(
             f'<div class="lane fault-row"><span class="label">fault on {html.escape(f.target)}'
             f'</span><div class="track"><div class="fault" data-fault="{_a(f.label)}" '
+            f'data-since="{f.start - tl.start:.3f}" '
             f'data-target="{_a(f.target)}" style="left:{left:.2f}%;width:{width:.2f}%">'
             f'<span class="flabel" style="{_anchored(0 if left < 60 else 100)}">'
             f"{html.escape(text)}</span></div></div></div>"
@@ -123,31 +133,85 @@ def _marks(tl: Timeline, scale: Scale) -> tuple[str, str]:
     return lane, "".join(lines)
 
 
-def _area(spans: Iterable[RateSpan], scale: Scale, peak: float, up: bool) -> str:
-    points = []
+def _area(spans: Iterable[RateSpan], scale: Scale, top: float, up: bool) -> str:
+    """A step line per run of adjoining spans: a gap (a stop's part of a step) stays empty."""
+    runs: list[list[RateSpan]] = []
     for s in spans:
-        value = s.upstream if up else s.downstream
-        y = LANE_PX - 2 - (value / peak) * (LANE_PX - 4) if peak > 0 else LANE_PX - 2
-        points += [f"{scale.pct(s.start) * 10:.1f},{y:.1f}", f"{scale.pct(s.end) * 10:.1f},{y:.1f}"]
-    if not points:
-        return ""
-    first, last = points[0].split(",")[0], points[-1].split(",")[0]
-    shape = f"M{first},{LANE_PX} L" + " L".join(points) + f" L{last},{LANE_PX} Z"
-    return f'<path class="{"up" if up else "down"}" d="{shape}"/>'
+        if not runs or s.start > runs[-1][-1].end + 1e-6:
+            runs.append([])
+        runs[-1].append(s)
+
+    def x(t: float) -> str:
+        return f"{scale.pct(t) * 10:.1f}"
+
+    def y(s: RateSpan) -> str:
+        return f"{LANE_PX - 1 - (s.upstream if up else s.downstream) / top * (LANE_PX - 2):.1f}"
+
+    shape = " ".join(
+        f"M{x(run[0].start)},{LANE_PX} "
+        + " ".join(f"L{x(s.start)},{y(s)} L{x(s.end)},{y(s)}" for s in run)
+        + f" L{x(run[-1].end)},{LANE_PX} Z"
+        for run in runs
+    )
+    return f'<path class="{"up" if up else "down"}" d="{shape}"/>' if runs else ""
+
+
+def _stopped(spans: list[RateSpan], scale: Scale, top: float) -> tuple[str, str]:
+    """Steps all inside a stop of a link end whose bytes moved anyway: grey, and a note that
+    says why (a stopped process itself moves nothing)."""
+    if not spans:
+        return "", ""
+    rects = []
+    for s in spans:
+        height = max(s.upstream, s.downstream) / top * (LANE_PX - 2)
+        x, width = scale.pct(s.start) * 10, (scale.pct(s.end) - scale.pct(s.start)) * 10
+        rects.append(
+            f'<rect class="stopped" x="{x:.1f}" width="{width:.1f}" '
+            f'y="{LANE_PX - 1 - height:.1f}" height="{height:.1f}"/>'
+        )
+    total = sum((s.upstream + s.downstream) * (s.end - s.start) for s in spans)
+    who = spans[0].while_stopped
+    text = html.escape(
+        f"{_size(total)} moved while {who} was stopped (grey), not by it: into its kernel's "
+        "socket buffers, or a diagnosis's /health through every link"
+    )
+    # Over the grey steps, wrapped within them; the whole text is its tooltip too.
+    where = f"left:{scale.pct(spans[0].start):.2f}%;right:{100 - scale.pct(spans[-1].end):.2f}%"
+    why = (
+        f'<span class="why" data-while-stopped="{_a(who)}" data-bytes="{total:.0f}" '
+        f'style="{where}" title="{text}">{text}</span>'
+    )
+    return "".join(rects), why
 
 
 def _links(tl: Timeline, scale: Scale) -> str:
     out = []
     for link in tl.links:
-        spans = tl.rates.spans.get(link, [])
-        peak = tl.rates.peak(link)
-        moving = sum(1 for s in spans if s.upstream > 0 or s.downstream > 0)
-        body = _area(spans, scale, peak, True) + _area(spans, scale, peak, False)
+        lane = tl.lanes.get(link, [])
+        drawn = [s for s in lane if not s.while_stopped]
+        peak = max((max(s.upstream, s.downstream) for s in lane), default=0.0)
+        top = round_up(peak) if peak > 0 else 1.0
+        moving = sum(1 for s in drawn if s.upstream > 0 or s.downstream > 0)
+        rects, why = _stopped([s for s in lane if s.while_stopped], scale, top)
+        body = _area(drawn, scale, top, True) + _area(drawn, scale, top, False) + rects
+        yaxis = (
+            f'<span class="yaxis" data-ymax="{top:.0f}"><b class="ytop">{_rate(top)}</b>'
+            '<b class="ybottom">0</b></span>'
+        )
+        label = ""
+        if peak > 0:
+            at = next(s for s in lane if max(s.upstream, s.downstream) == peak)
+            pct = scale.pct((at.start + at.end) / 2)
+            label = (
+                f'<span class="peak" data-peak-at="{(at.start + at.end) / 2 - tl.start:.2f}" '
+                f'style="{_anchored(pct)};top:{(1 - peak / top) * (LANE_PX - 2):.0f}px">'
+                f"&#9650; {_rate(peak)}</span>"
+            )
         out.append(
             f'<div class="lane link" data-link="{_a(link)}" data-peak="{peak:.0f}" '
             f'data-moving="{moving}"><span class="label">{html.escape(link)}<small>peak '
-            f'{_rate(peak)}</small></span><div class="track"><svg viewBox="0 0 1000 '
-            f'{LANE_PX}" preserveAspectRatio="none">{body}</svg></div></div>'
+            f'{_rate(peak)}</small></span><div class="track">{yaxis}{label}{why}'
+            f'<svg viewBox="0 0 1000 {LANE_PX}" preserveAspectRatio="none">{body}</svg></div></div>'
         )
     return "".join(out)
 
@@ -228,14 +292,15 @@ def render_html(tl: Timeline) -> str:
         dropped=dropped,
         started=started,
         source=html.escape(tl.rates.source),
-        top=_axis(scale, "top"),
+        zero=html.escape(tl.zero),
+        top=_axis(scale, "top", tl.zero),
         faults=_faults(tl, scale),
         marks=mark_lane,
         links=_links(tl, scale),
         groups=_groups(tl, scale),
         bands=bands,
         lines=mark_lines,
-        bottom=_axis(scale, "bottom"),
+        bottom=_axis(scale, "bottom", tl.zero),
         facts=facts,
         herrings=herrings,
         lane=LANE_PX,
@@ -265,6 +330,14 @@ body{{font:13px sans-serif;margin:12px;color:#222}} h1{{font-size:17px;margin:0 
 .mlabel.watchdog{{color:#6a3d9a}}
 .link .track{{height:{lane}px;background:#fbfbfb;border-bottom:1px solid #eee}}
 .link svg{{width:100%;height:100%;display:block}} .link small{{display:block;color:#777}}
+.why{{position:absolute;bottom:1px;max-height:{lane}px;overflow:hidden;font:9px/10px sans-serif;
+  color:#444;padding:0 3px}}
+.yaxis{{position:absolute;left:0;top:0;bottom:0;width:100%;border-top:1px dotted #ccc;
+  pointer-events:none}} .yaxis b{{position:absolute;left:2px;font:9px monospace;color:#777}}
+.ytop{{top:0}} .ybottom{{bottom:0}}
+.peak{{position:absolute;z-index:1;font:9px monospace;color:#333;white-space:nowrap;
+  padding:0 2px;background:rgba(255,255,255,.85)}}
+rect.stopped{{fill:rgba(120,120,120,.5)}}
 path.up{{fill:rgba(78,121,167,.45);stroke:#4e79a7;vector-effect:non-scaling-stroke}}
 path.down{{fill:rgba(242,142,43,.35);stroke:#f28e2b;vector-effect:non-scaling-stroke}}
 details.origin{{border-top:1px solid #ddd}} summary{{cursor:pointer;padding:3px 0}}
@@ -288,7 +361,9 @@ details.origin{{border-top:1px solid #ddd}} summary{{cursor:pointer;padding:3px 
 <div>hops: {legend} <small>rows: {rows} requests, grouped by origin
 (click a group to fold it){dropped};
 dashed = still pending, red = error, orange = timeout; shaded = fault window. Times from
-{started} UTC. Link lanes: bytes/s, blue = towards the target, orange = back; from {source}.
+{started} UTC (0 = the {zero}). Link lanes: bytes/s on each lane's own scale (its top at the
+left), blue = towards the target, orange = back, grey = moved while a link end was stopped;
+from {source}.
 The same data: timeline.trace.json (open it in ui.perfetto.dev or chrome://tracing).</small></div>
 <div class="chart">
 {top}{faults}{marks}{links}{groups}{bottom}

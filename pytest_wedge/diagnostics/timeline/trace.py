@@ -7,6 +7,7 @@ import json
 
 from pytest_wedge.diagnostics.timeline.model import Timeline
 from pytest_wedge.diagnostics.timeline.waterfall import RequestRow, Segment
+from pytest_wedge.links.rates import RateSpan
 
 TRACE_FORMAT = "pytest-wedge/timeline-trace"
 Event = dict[str, object]  # one Trace Event Format event, as JSON
@@ -15,7 +16,8 @@ FAULTS_PID, LINKS_PID, FIRST_ORIGIN_PID = 1, 2, 10
 
 def _us(tl: Timeline, t: float) -> int:
     # Whole microseconds: float sums of ts + dur would make back-to-back hops overlap by 1e-10.
-    return round((t - tl.start) * 1e6)
+    # Time 0 is the test's start; anything from before it starts there.
+    return max(0, round((t - tl.start) * 1e6))
 
 
 def _meta(kind: str, pid: int, tid: int | None, **args: object) -> Event:
@@ -92,10 +94,19 @@ def _counter(tl: Timeline, link: str, at: float, upstream: float, downstream: fl
 def _links(tl: Timeline) -> list[Event]:
     events = _process(LINKS_PID, f"links (bytes/s; {tl.rates.source})", 1)
     for link in tl.links:
-        spans = tl.rates.spans.get(link, [])
-        events += [_counter(tl, link, s.start, s.upstream, s.downstream) for s in spans]
-        if spans:  # close the last step, so the counter ends where the samples end
-            events.append(_counter(tl, link, spans[-1].end, 0.0, 0.0))
+        series: dict[str, list[RateSpan]] = {}
+        for s in tl.lanes.get(link, []):
+            name = f"{link} while {s.while_stopped} stopped" if s.while_stopped else link
+            series.setdefault(name, []).append(s)
+        for name, spans in series.items():
+            last = None
+            for s in spans:
+                if last is not None and s.start > last.end + 1e-6:  # a gap: the line drops
+                    events.append(_counter(tl, name, last.end, 0.0, 0.0))
+                events.append(_counter(tl, name, s.start, s.upstream, s.downstream))
+                last = s
+            if last is not None:  # close the last step, so the counter ends where it ends
+                events.append(_counter(tl, name, last.end, 0.0, 0.0))
     return events
 
 
