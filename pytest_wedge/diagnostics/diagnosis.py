@@ -158,7 +158,7 @@ class Diagnosis:
     decided_by: list[str] = field(default_factory=list)
     ruled_out: list[str] = field(default_factory=list)
     locator: str = "oracle"
-    window_start: float | None = None
+    window_start: float | None = None  # blind: the onset it inferred from the client ledger
     oracle: OracleAnswer | None = None
 
     @property

@@ -1,23 +1,62 @@
-"""Where one request is held: the oracle's hop-by-hop walk over the ledgers (pure functions).
-The worker ledgers say how far a request got, the client ledger whether it left and what came
-back; links and processes only break ties the ledgers cannot."""
+"""Where one request is held: the oracle's hop-by-hop walk over the ground truth (pure
+functions). The worker ledgers say how far a request got, the client ledger whether it left and
+what came back; where the ledgers cannot tell a link from its ends, the injected faults and the
+runtime's process states decide. Nothing here is shared with the blind locator."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pytest_wedge.diagnostics.blind.clientside import CONNECT_ERRORS, CUT, FAILED
-from pytest_wedge.diagnostics.diagnosis import RESTART_SLACK_S, hop_order
 from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import Snapshot
-from pytest_wedge.evidence.truth import LedgerEntry, LinkState
+from pytest_wedge.evidence.truth import FaultWindow, LedgerEntry
+from pytest_wedge.load.client_ledger import FAILED_STATES
 
-# The client's connection to the router broke (as opposed to an HTTP answer or a deadline).
-BROKEN_CONNECTION = (*CONNECT_ERRORS, *CUT)
+# Our client's own words for a failed connect and a broken connection: load/exchange.py names
+# every library failure as httpx does.
+NO_CONNECTION = ("ConnectError", "ConnectTimeout")
+BROKEN_CONNECTION = ("RemoteProtocolError", "ReadError", "WriteError")
 # smg's answer when every worker's breaker is open or unhealthy
 # (docs/router-protocol.md, "503 no_available_workers").
 REFUSED = "no_available_workers"
+# Faults that restart their target: requests it held when it went down are lost with it.
+RESTARTS = ("Restart", "DecodeOnlyRestart")
+# A component this fresh was still starting when the request came.
+RESTART_SLACK_S = 2.0
+
+
+def hops_in_order(prefill: list[str], decode: list[str]) -> list[str]:
+    """Every hop in the order a request meets it."""
+    hops = ["client", "client->router", "router"]
+    hops += [h for p in prefill for h in (f"router->{p}", p)]
+    hops += [f"{d}->{p}" for d in decode for p in prefill]
+    return hops + [h for d in decode for h in (f"router->{d}", d)]
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """One injected fault as the oracle takes it: its kind (the fault class's name), its hop,
+    and its window in wall-clock seconds."""
+
+    kind: str
+    target: str
+    started: float
+    ended: float | None = None
+
+    @classmethod
+    def of(cls, window: FaultWindow) -> InjectedFault:
+        kind, target = type(window.fault).__name__, str(window.fault.target)
+        return cls(kind, target, window.started, window.ended)
+
+    def describe(self) -> str:
+        return f"{self.kind} on {self.target}"
+
+
+def injected_faults(windows: Iterable[FaultWindow]) -> list[InjectedFault]:
+    """A fault set's windows (``FaultSet.windows``) as the oracle takes them."""
+    return [InjectedFault.of(window) for window in list(windows)]
 
 
 @dataclass(frozen=True)
@@ -64,19 +103,13 @@ def as_of(entry: LedgerEntry, at: float) -> LedgerEntry | None:
     return then
 
 
-def describe_link(info: LinkState) -> str | None:
-    """What is wrong with a link, or None when it is enabled and has no toxic."""
-    parts = [] if info.get("enabled", True) else ["disabled (down)"]
-    for toxic in info.get("toxics") or []:
-        attrs = ", ".join(f"{k}={v}" for k, v in sorted((toxic.get("attributes") or {}).items()))
-        parts.append(f"toxic {toxic.get('type')} on {toxic.get('stream')} ({attrs})")
-    return "; ".join(parts) or None
-
-
 class Context:
-    """The snapshot indexed for the walk: entries by request id, faulty links, silent parts."""
+    """The snapshot indexed for the walk: entries by request id, the injected faults by hop,
+    silent and stopped parts."""
 
-    def __init__(self, snapshot: Snapshot, since: float | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot, faults: Iterable[InjectedFault] = (), since: float | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.since = since
         # The client's view was copied first and the worker ledgers are read last (under
@@ -93,15 +126,22 @@ class Context:
                     index.setdefault(entry.get("request_id", ""), []).append(
                         Seen.of(component, seen)
                     )
-        self.link_faults = {
-            name: why
-            for name, info in snapshot.links.items()
-            if (why := describe_link(info)) is not None
-        }
+        applied = [f for f in faults if f.started <= self.client_at]
+        self.faulty: dict[str, str] = {}
+        for fault in applied:
+            hops = [fault.target]
+            if fault.kind == "DecodeOnlyRestart":  # the prefills' stale transfer state
+                hops += [f"{fault.target}->{p}" for p in snapshot.prefill]
+            for hop in hops:
+                known = self.faulty.get(hop)
+                self.faulty[hop] = f"{known}; {fault.describe()}" if known else fault.describe()
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
         self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
         self.router_silent = "router metrics" in snapshot.unanswered
         self.started: dict[str, float] = dict(obs.started) if obs is not None else {}
+        for fault in applied:
+            if fault.kind in RESTARTS:  # the runtime may not have seen the new process yet
+                self.started.setdefault(fault.target, fault.started)
 
     def restarted(self, record: ClientRecord, names: list[str]) -> str | None:
         """The first of ``names`` that started after ``record`` was sent, or was still coming
@@ -125,7 +165,7 @@ class Context:
         return (
             p is not None
             and d.fetch_failed
-            and f"{d.component}->{p.component}" not in self.link_faults
+            and f"{d.component}->{p.component}" not in self.faulty
             and p.component not in self.not_running
             and self.restarted(record, [p.component]) is None
         )
@@ -139,12 +179,13 @@ class Context:
                 continue
             leg = next((p for p in legs if p.room == seen.room), None)
             link = f"{seen.component}->{leg.component}" if leg is not None else ""
-            if leg is not None and seen.fetch_failed and link not in self.link_faults:
+            if leg is not None and seen.fetch_failed and link not in self.faulty:
                 found.append(leg.component)  # its bootstrap server refused the KV fetch
             else:
                 found.append(seen.component)
         found += [p.component for p in legs if p.state == "error"]
-        return [c for c in found if self.snapshot.stub_states.get(c, {}).get("faults")]
+        states = self.snapshot.stub_states
+        return [c for c in found if c in self.faulty or states.get(c, {}).get("faults")]
 
     def still_failing(self, request_id: str) -> str | None:
         """A worker that failed an attempt of this request and still has an engine fault (the
@@ -161,10 +202,10 @@ class Context:
         return failed_at.most_common(1)[0][0] if failed_at else None
 
     def suspect(self, candidates: list[str]) -> str | None:
-        """The first candidate hop with observable trouble: a faulty link, a stopped or
-        silent component."""
+        """The first candidate hop in trouble: an injected fault on it, a stopped or silent
+        component."""
         for hop in candidates:
-            if hop in self.link_faults or hop in self.not_running or hop in self.silent:
+            if hop in self.faulty or hop in self.not_running or hop in self.silent:
                 return hop
         return None
 
@@ -255,7 +296,7 @@ def _failed_at_the_front(ctx: Context, record: ClientRecord, error: str) -> Hold
         # The router refused the last attempt; earlier ones in the ledgers say why the breakers
         # opened: the router holds it unless what failed them is failing still.
         snap = ctx.snapshot
-        after_router = hop_order(snap.prefill, snap.decode)[3:]
+        after_router = hops_in_order(snap.prefill, snap.decode)[3:]
         request_id = record.get("request_id", "")
         hop = ctx.suspect(after_router) or ctx.still_failing(request_id) or "router"
         return Hold("router (refused)", hop, f"the router refused it: {error[:60]}")
@@ -292,6 +333,19 @@ def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None)
     return Hold(where, link, f"{kv}; {d.component} still waits for it")
 
 
+def _slow_transfer(ctx: Context, d: Seen, p: Seen) -> str | None:
+    """The KV came, late: the decode waited for it, after the prefill had it ready, longer than
+    the request has spent since. A slow link passes its requests on; they are overdue for the
+    time the transfer took, not where they are now."""
+    asked, got = d.t.get("transfer_start"), d.t.get("kv_received")
+    if asked is None or got is None:
+        return None
+    waited = got - max(asked, p.t.get("kv_ready", asked))
+    if waited <= ctx.client_at - got:
+        return None
+    return f"{d.component} waited {waited:.1f} s for its KV after {p.component} had it ready"
+
+
 def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, failed: bool) -> Hold:
     stage = _decode_stage(d)
     where = f"{d.component} ({stage})"
@@ -299,6 +353,8 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
         return Hold(where, p.component, f"{p.component}'s bootstrap server refused the KV fetch")
     if stage == "waiting for KV":
         return _waiting_for_kv(ctx, record, d, p)
+    if p is not None and (slow := _slow_transfer(ctx, d, p)) is not None:
+        return Hold(where, f"{d.component}->{p.component}", slow)
     if stage == "ok":
         return _back_to_client(ctx, d.component, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
@@ -319,10 +375,11 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
 def classify(ctx: Context, record: ClientRecord) -> Hold:
     """The furthest hop ``record`` reached and the hop that holds it."""
     error = record.get("error") or ""
-    failed = record.get("state") in FAILED
+    failed = record.get("state") in FAILED_STATES
     if record.get("sent") is None:
-        if failed and any(c in error for c in CONNECT_ERRORS):
-            return Hold("client", "client->router", f"could not connect: {error[:80]}")
+        if failed and any(c in error for c in NO_CONNECTION):
+            hop = ctx.suspect(["client->router", "router"]) or "client->router"
+            return Hold("client", hop, f"could not connect: {error[:80]}")
         return Hold("client", "client", "never left the client (waiting for a connection)")
     if failed and (hold := _failed_at_the_front(ctx, record, error)) is not None:
         return hold

@@ -1,12 +1,29 @@
-"""The oracle: which hop holds one origin's wedged requests, from the ground truth (stub
-ledgers, toxics, the runtime's view); it scores the blind locator. Each wedged request of the
-client is walked over the ledgers (hops.py); other origins' activity is a red herring."""
+"""The oracle: the reference location of one origin's wedge, from the ground truth alone (the
+client ledger, the stub ledgers and states, the runtime's process states, and the injected
+faults with their windows, handed in). It scores the blind locator and shares none of its code
+or rules; it never reads the toxics off Toxiproxy.
+
+The reference rule:
+
+- Wedged: the origin's requests pending longer than ``overdue_after_s`` since they were sent
+  (or since created, when the client's pool was full), and those that failed after the
+  current fault started (``since``; without faults, within ``window_s``).
+- Each is walked over the ledgers to the hop that holds it (hops.py); where the ledgers cannot
+  tell a link from its ends, the injected fault's hop and the process states decide.
+- The location is the hop holding most of them: the injected fault's hop where the fault
+  manifested; ``none`` where it never did (no request of the origin wedged).
+- Documented exceptions, where a fault by its nature wedges elsewhere (:data:`ELSEWHERE`):
+  ``DecodeOnlyRestart`` on ``decode-j`` wedges the transfers ``decode-j->prefill-i``
+  (incidents.md 2); the requests the restart itself dropped are not that wedge, so its window
+  starts once the decode is back.
+
+Other origins' activity is a red herring, reported apart."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
-from pytest_wedge.diagnostics.blind.clientside import wedged
 from pytest_wedge.diagnostics.diagnosis import (
     MAX_DETAILS,
     Diagnosis,
@@ -16,15 +33,30 @@ from pytest_wedge.diagnostics.diagnosis import (
     count_line,
     herring,
     other_origins,
-    place,
     tally,
     window_rate,
 )
-from pytest_wedge.diagnostics.hops import Context, Hold, classify
+from pytest_wedge.diagnostics.hops import (
+    Context,
+    Hold,
+    InjectedFault,
+    classify,
+    hops_in_order,
+    injected_faults,
+)
 from pytest_wedge.evidence.observed import ClientRecord
 from pytest_wedge.evidence.snapshot import MIN_RATE_WINDOW_S, Snapshot
+from pytest_wedge.load.client_ledger import FAILED_STATES
+
+__all__ = ["ELSEWHERE", "InjectedFault", "elsewhere", "injected_faults", "locate", "scene_faults"]
 
 ENDED = ("ok", "error", "aborted", "released")
+# The documented exceptions: fault kinds that by their nature wedge a hop other than their
+# target, and why.
+ELSEWHERE = {
+    "DecodeOnlyRestart": "a decode restarted without its prefills wedges its KV transfers "
+    "decode->prefill (incidents.md 2)",
+}
 WHY_NOT_RUNNING = {
     "paused": "paused (SIGSTOP: TCP still accepts, nothing answers)",
     "exited": "exited",
@@ -106,10 +138,10 @@ def _facts(
     facts += [f"{what} {why}" for what, why in sorted(snapshot.unanswered.items())]
     if active := snapshot.router.get("requests_active"):
         facts.append("router in-flight: " + ", ".join(f"{w} {v:g}" for w, v in active.items()))
-    for name, why in ctx.link_faults.items():
-        counters = snapshot.links.get(name, {}).get("bytes") or {}
+    for hop, what in ctx.faulty.items():
+        counters = snapshot.links.get(hop, {}).get("bytes") or {}
         moved = ", ".join(f"{k} {v:g} B" for k, v in sorted(counters.items()))
-        facts.append(f"link {name}: {why}" + (f" [bytes {moved}]" if moved else ""))
+        facts.append(f"injected: {what}" + (f" [link bytes {moved}]" if moved else ""))
     if location in snapshot.workers:
         entries = snapshot.ledgers.get(location, [])
         states = [e.get("state", "?") for e in entries if e.get("origin") == origin]
@@ -125,19 +157,92 @@ def _detail(snapshot: Snapshot, r: ClientRecord, h: Hold) -> RequestDetail:
     return RequestDetail.of(r, end - float(r.get("created") or end), h.furthest, h.holding, h.note)
 
 
+def place(
+    held: list[tuple[str, str]], origin: str, prefill: list[str], decode: list[str]
+) -> tuple[str, dict[str, dict[str, int]]]:
+    """From (hop, origin) per wedged request: the hop holding most of ``origin``'s (ties go
+    upstream, where the trouble starts; ``none`` without any), and {hop: {origin: n}} in hop
+    order."""
+    order = {hop: i for i, hop in enumerate(hops_in_order(prefill, decode))}
+    stuck: dict[str, dict[str, int]] = {}
+    for hop, who in held:
+        stuck.setdefault(hop, {}).setdefault(who, 0)
+        stuck[hop][who] += 1
+    mine = {hop: n[origin] for hop, n in stuck.items() if n.get(origin)}
+    rank = sorted(mine, key=lambda hop: (-mine[hop], order.get(hop, len(order))))
+    ordered = sorted(stuck.items(), key=lambda kv: order.get(kv[0], len(order)))
+    return (rank[0] if rank else "none"), dict(ordered)
+
+
+def elsewhere(fault: InjectedFault, location: str, prefill: Sequence[str]) -> str | None:
+    """Why ``location`` is where ``fault`` wedges by its nature, though it is not the fault's
+    hop (a documented exception); None when it is not such a place."""
+    if fault.kind == "DecodeOnlyRestart" and location in {f"{fault.target}->{p}" for p in prefill}:
+        return ELSEWHERE[fault.kind]
+    return None
+
+
+def scene_faults(scene: object) -> list[InjectedFault]:
+    """The injected faults of a scene with a fault set (``scene.faults``); none without."""
+    fault_set = getattr(scene, "faults", None)
+    return injected_faults(getattr(fault_set, "windows", None) or [])
+
+
+def _window_start(ctx: Context, faults: Sequence[InjectedFault]) -> float | None:
+    """The latest fault's start; a decode-only restart's wedge starts once the decode is back."""
+    if not faults:
+        return None
+    latest = max(faults, key=lambda f: f.started)
+    if latest.kind == "DecodeOnlyRestart":
+        return max(latest.started, ctx.started.get(latest.target, latest.started))
+    return latest.started
+
+
+def _pool_was_full(r: ClientRecord) -> bool:
+    limit, in_use = r.get("pool_limit"), r.get("pool_in_use")
+    return limit is not None and in_use is not None and in_use >= limit > 0
+
+
+def wedged_requests(
+    client: list[ClientRecord],
+    at: float,
+    overdue_after_s: float,
+    window_s: float,
+    since: float | None,
+) -> list[ClientRecord]:
+    """Requests pending past ``overdue_after_s`` at ``at`` (since sent, or since created behind
+    a full pool), and requests that failed after ``since`` (without it, within ``window_s``)."""
+    found = []
+    for r in client:
+        if r.get("state") == "pending":
+            sent = r.get("sent")
+            if sent is None and not _pool_was_full(r):
+                continue  # the client has not got round to it yet: nothing holds it
+            if at - float(sent if sent is not None else r.get("created") or at) > overdue_after_s:
+                found.append(r)
+        elif r.get("state") in FAILED_STATES and not r.get("cut_by_stop"):
+            finished = float(r.get("finished") or 0.0)
+            if finished >= (since if since is not None else at - window_s):
+                found.append(r)
+    return found
+
+
 def locate(
     snapshot: Snapshot,
     origin: str = "harness",
     overdue_after_s: float = 1.0,
     window_s: float = 10.0,
     *,
+    faults: Sequence[InjectedFault] = (),
     since: float | None = None,
 ) -> Diagnosis:
-    """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged);
-    failures that ended before ``since`` (the current fault window's start) are left out."""
-    ctx = Context(snapshot, since)
-    win = wedged(snapshot.client, ctx.client_at, overdue_after_s, window_s, since)
-    everyone = [(r, classify(ctx, r)) for r in win.wedged]
+    """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged), by
+    the reference rule above; ``faults`` are the injected faults, ``since`` overrides the start
+    of the current fault window."""
+    ctx = Context(snapshot, faults)
+    ctx.since = since if since is not None else _window_start(ctx, faults)
+    wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
+    everyone = [(r, classify(ctx, r)) for r in wedged]
     pairs = [(h.holding, r.get("origin", "?")) for r, h in everyone]
     location, stuck = place(pairs, origin, snapshot.prefill, snapshot.decode)
     held = [(r, h) for r, h in everyone if r.get("origin") == origin]

@@ -1,6 +1,8 @@
 """Collecting :class:`Observed` from the public faces of a running topology only: each worker's
 and the router's ``/metrics`` and ``/health`` (and ``/workers``, a prefill's bootstrap
-``/health``), Toxiproxy's byte counters (never its toxics), process states and log tails."""
+``/health``), Toxiproxy's byte counters (never its toxics), process states and the log tails of
+real programs (the router's, a user's workers'): never our stub workers' logs, whose lines are
+our own texts (faults added, per-request origins), which no real engine writes."""
 
 from __future__ import annotations
 
@@ -75,8 +77,12 @@ def processes(topology: Topology) -> dict[str, tuple[str, float | None]]:
 
 
 def log_tails(topology: Topology) -> dict[str, list[str]]:
+    """The last lines of the router's and the user's own workers' logs, what an operator
+    tails; not Toxiproxy's (it logs each toxic added) nor our stubs' (their texts are ours)."""
     tails: dict[str, list[str]] = {}
     for name in topology.components:
+        if name in topology.stubs or name == "toxiproxy":
+            continue
         path = topology.runtime.log_path(name)
         if not path or not Path(path).is_file():
             continue
@@ -146,7 +152,8 @@ def _workers_view(answer: object, names: dict[str, str]) -> dict[str, RouterWork
 def fill_observed(
     obs: Observed, topology: Topology, results: dict[str, Any], failed: dict[str, str]
 ) -> None:
-    """Put one gather's results (and failures, as evidence) into ``obs``."""
+    """Put one gather's results (and failures, as evidence) into ``obs``: ``failed`` holds
+    the failures of the public fetches only (an unanswered ground-truth fetch is no evidence)."""
     for name in obs.worker_names:
         if f"{name} metrics" in results:
             obs.workers[name] = parse_engine_metrics(results[f"{name} metrics"])

@@ -164,10 +164,13 @@ def fill(
     topology: Topology,
     results: dict[str, Any],
     failed: dict[str, str] | None = None,
+    public: set[str] | None = None,
 ) -> None:
-    """Put one gather's results into ``snapshot`` (both its parts)."""
+    """Put one gather's results into ``snapshot`` (both its parts); of the ``failed`` fetches,
+    only the ``public`` ones (what an operator could fetch) reach ``observed``."""
     obs = snapshot.observed = snapshot.observed or empty_observed(topology)
-    fill_observed(obs, topology, results, failed or {})
+    seen = {k: v for k, v in (failed or {}).items() if public is None or k in public}
+    fill_observed(obs, topology, results, seen)
     for name in topology.stubs:
         if f"{name} state" in results:
             snapshot.stub_states[name] = results[f"{name} state"]
@@ -233,6 +236,7 @@ def read_servers(
     ``extras``: health, /workers, processes, logs) and, with ``truth``, the stubs' states (and
     their ``ledgers``, and the ``toxics``). A diagnosis and each probe sample are one of these."""
     jobs, timeouts = observed_jobs(topology, timeout_s, extras=extras)
+    public = set(jobs)
     if truth:
         more, more_timeouts = truth_jobs(
             topology, timeout_s, ledgers=ledgers, ledger_timeout_s=ledger_timeout_s, toxics=toxics
@@ -240,7 +244,7 @@ def read_servers(
         jobs, timeouts = jobs | more, timeouts | more_timeouts
     results, failed = gather(jobs, timeouts, pool)
     snapshot = empty_snapshot(topology)
-    fill(snapshot, topology, results, failed)
+    fill(snapshot, topology, results, failed, public)
     return snapshot
 
 
@@ -254,15 +258,16 @@ def collect(
     window: Snapshot | None = None,
     truth: bool = True,
     pool: ThreadPoolExecutor | None = None,
+    client: tuple[float, list[ClientRecord]] | None = None,
 ) -> Snapshot:
     """Fetch everything in parallel. ``before`` (the probe's latest sample) and ``window`` (one
     from before the wedge) give earlier points, else a second read is taken; ``truth=False``
-    reads only what an operator could."""
-    started = time.time()
+    reads only what an operator could; ``client``: the ledger's records as read just now (at
+    that moment), when the caller needed them to choose ``window``."""
     # The client's view first. Read after it, the servers' counters, breakers and process
     # states show whatever the client saw (they only grow or stick); read before it, a
     # failure the client saw during a slow collection would have no trace on any server.
-    client = client_records(ledger)
+    started, records = client if client is not None else (time.time(), client_records(ledger))
     snapshot = read_servers(
         topology, timeout_s, truth=truth, ledgers=True, ledger_timeout_s=ledger_timeout_s, pool=pool
     )
@@ -274,7 +279,7 @@ def collect(
     if obs.before_at is None or obs.traffic_before_at is None or (truth and not snapshot.before_at):
         _read_again(topology, snapshot, started, timeout_s, truth)
     snapshot.taken_at = obs.taken_at = time.time()
-    snapshot.client = obs.client = client
+    snapshot.client = obs.client = records
     obs.client_at = started
     for name in topology.components:
         path = topology.runtime.log_path(name)

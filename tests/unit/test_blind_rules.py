@@ -174,10 +174,8 @@ def pending(n: int = 30, **fields: Any) -> list[dict[str, Any]]:
     return [record(i, **fields) for i in range(n)]
 
 
-def located(
-    obs: Observed, expected: str, confidence: str | None = None, *, since: float | None = None
-) -> Diagnosis:
-    diagnosis = locate_blind(obs, "harness", 1.0, since=since)
+def located(obs: Observed, expected: str, confidence: str | None = None) -> Diagnosis:
+    diagnosis = locate_blind(obs, "harness", 1.0)
     assert diagnosis.location == expected, diagnosis.render()
     if confidence is not None:
         assert diagnosis.confidence == confidence, diagnosis.render()
@@ -498,8 +496,8 @@ def test_connections_broken_by_a_router_restart() -> None:
         error="RemoteProtocolError (ServerDisconnectedError): Server disconnected",
     )
     obs = observed(broken, started={"router": NOW - 0.4})
-    located(obs, "router", "certain", since=NOW - 2.0)
-    located(observed(broken), "client->router", "likely", since=NOW - 2.0)
+    located(obs, "router", "certain")
+    located(observed(broken), "client->router", "likely")
 
 
 # -- windows ---------------------------------------------------------------------------------------
@@ -526,7 +524,7 @@ def test_failures_before_the_window_start_do_not_outvote_requests_stuck_now() ->
             "decode-0": {"num_decode_transfer_queue_reqs": 30.0},
         },
     )
-    diagnosis = located(obs, "decode-0->prefill-0", since=NOW - 2.5)
+    diagnosis = located(obs, "decode-0->prefill-0")
     assert "40 failed before the current window (set aside)" in diagnosis.evidence[0]
     # Without a window start, the requests stuck now still outrank the older failures.
     located(obs, "decode-0->prefill-0")
@@ -666,7 +664,7 @@ def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
         error="RemoteProtocolError (ClientPayloadError): Response payload is not completed",
     )
     obs = observed(broken, decode=2, started={"decode-1": NOW - 0.3})
-    located(obs, "decode-1", "certain", since=NOW - 1.0)
+    located(obs, "decode-1", "certain")
 
 
 def test_refusals_over_a_link_that_swallows_bytes_name_the_link() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_wedge.diagnostics import Diagnosis, Snapshot, locate
+from pytest_wedge.diagnostics.oracle import InjectedFault
 from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.parse import parse_link_bytes, parse_router_metrics
 
@@ -100,8 +101,14 @@ def ids(n: int = 30) -> list[str]:
     return [f"harness-x-{i}" for i in range(n)]
 
 
-def assert_located(snap: Snapshot, expected: str) -> Diagnosis:
-    diagnosis = locate(snap, origin="harness", overdue_after_s=1.0)
+def injected(kind: str, target: str, age: float = 5.0) -> list[InjectedFault]:
+    return [InjectedFault(kind, target, NOW - age)]
+
+
+def assert_located(
+    snap: Snapshot, expected: str, faults: list[InjectedFault] | None = None
+) -> Diagnosis:
+    diagnosis = locate(snap, origin="harness", overdue_after_s=1.0, faults=faults or [])
     assert diagnosis.location == expected, diagnosis.render()
     assert any("stray-1" in h and "decode-0" in h for h in diagnosis.red_herrings), (
         diagnosis.render()
@@ -137,9 +144,9 @@ def test_client_to_router_down_fails_fast_with_connect_errors() -> None:
         )
         for i in range(30)
     ]
-    snap = snapshot(failed, links={"client->router": {"enabled": False, "toxics": []}})
-    diagnosis = assert_located(snap, "client->router")
-    assert any("disabled" in f for f in diagnosis.evidence)
+    snap = snapshot(failed)
+    diagnosis = assert_located(snap, "client->router", injected("Down", "client->router"))
+    assert "injected: Down on client->router" in diagnosis.evidence
 
 
 def test_connections_cut_mid_request_blame_the_cut_not_where_the_legs_were() -> None:
@@ -152,8 +159,8 @@ def test_connections_cut_mid_request_blame_the_cut_not_where_the_legs_were() -> 
     ]
     prefill = [entry(r, "aborted", running=1.8, kv_ready=1.7, transfer_start=1.6) for r in ids(10)]
     decode = [entry(r, "aborted", transfer_start=1.8) for r in ids(10)]
-    snap = snapshot(cut, prefill, decode, links={"client->router": {"enabled": False}})
-    assert_located(snap, "client->router")
+    snap = snapshot(cut, prefill, decode)
+    assert_located(snap, "client->router", injected("Down", "client->router"))
 
 
 def test_a_cut_on_a_down_link_is_the_link_s_though_the_router_restarted_just_before() -> None:
@@ -165,7 +172,7 @@ def test_a_cut_on_a_down_link_is_the_link_s_though_the_router_restarted_just_bef
         )
         for i in range(10)
     ]
-    snap = snapshot(cut, links={"client->router": {"enabled": False}})
+    snap = snapshot(cut)
     snap.observed = Observed(
         taken_at=NOW,
         prefill=["prefill-0"],
@@ -173,7 +180,7 @@ def test_a_cut_on_a_down_link_is_the_link_s_though_the_router_restarted_just_bef
         link_names=LINKS,
         started={"router": NOW - 3.0},
     )
-    assert_located(snap, "client->router")
+    assert_located(snap, "client->router", injected("Down", "client->router", age=0.5))
 
 
 def test_old_failures_are_outside_the_window() -> None:
@@ -200,15 +207,11 @@ def test_kv_transfer_black_hole() -> None:
         entry(r, "ok", running=1.85, kv_ready=1.8, transfer_start=1.7, finished=1.7) for r in ids()
     ]
     decode = [entry(r, "transfer", transfer_start=1.85) for r in ids()]
-    toxic = {"type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}
-    snap = snapshot(
-        [record(i) for i in range(30)],
-        prefill,
-        decode,
-        links={"decode-0->prefill-0": {"enabled": True, "toxics": [toxic]}},
+    snap = snapshot([record(i) for i in range(30)], prefill, decode)
+    diagnosis = assert_located(
+        snap, "decode-0->prefill-0", injected("Timeout", "decode-0->prefill-0")
     )
-    diagnosis = assert_located(snap, "decode-0->prefill-0")
-    assert any("toxic timeout on downstream (timeout=0)" in f for f in diagnosis.evidence)
+    assert "injected: Timeout on decode-0->prefill-0" in diagnosis.evidence
 
 
 def test_kv_held_by_prefill_waiting_for_a_decode_that_never_fetches() -> None:
@@ -242,14 +245,8 @@ def test_router_to_decode_black_hole_on_the_way_back() -> None:
         entry(r, "ok", tokens=16, kv_received=1.7, running=1.7, first_token=1.69, finished=1.6)
         for r in ids()
     ]
-    toxic = {"type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}
-    snap = snapshot(
-        [record(i) for i in range(30)],
-        prefill,
-        decode,
-        links={"router->decode-0": {"enabled": True, "toxics": [toxic]}},
-    )
-    assert_located(snap, "router->decode-0")
+    snap = snapshot([record(i) for i in range(30)], prefill, decode)
+    assert_located(snap, "router->decode-0", injected("Timeout", "router->decode-0"))
 
 
 def test_paused_prefill_is_named_though_its_ledger_is_silent() -> None:
@@ -342,7 +339,7 @@ def test_failures_before_the_window_start_do_not_count() -> None:
         )
         for i in range(30)
     ]
-    snap = snapshot(old, links={"client->router": {"enabled": False, "toxics": []}})
+    snap = snapshot(old)
     assert locate(snap).location == "client->router"
     assert locate(snap, since=NOW - 1.0).location == "none"
 

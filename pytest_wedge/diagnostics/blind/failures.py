@@ -152,7 +152,10 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
         lines.append(
             f"{counted} (smg_worker_cb_outcomes_total): whether they still fail cannot be seen"
         )
-    sure = CERTAIN if (opened or sick) and not failed else LIKELY
+    short = s.window_misses_onset()
+    if short:  # "nothing failed in the window" says nothing of a window that began late
+        lines.append(short)
+    sure = CERTAIN if (opened or sick) and not failed and not short else LIKELY
     return s.verdict("router", sure, *lines, *back)
 
 
@@ -172,6 +175,8 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     d = failing[0]
     failed = f"{d.transfer_failures:g} failed KV transfers in the window"
     line = f"{d.name} counted {failed} (num_bootstrap_failed_reqs, num_transfer_failed_reqs)"
+    if (v := still_prefilling(s, n, line)) is not None:
+        return v  # their KV never became ready: the transfer only timed out waiting for it
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
@@ -211,6 +216,23 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line, which)
 
 
+def still_prefilling(s: Servers, n: int, *because: str) -> Verdict | None:
+    """One prefill still holds about as many of the router's requests queued or prefilling, in
+    both samples, as failed: it stalled, and whoever gave up waiting on it (the decode's KV
+    fetch, the router's deadline) only shows where it was waited on. Pending, the same
+    requests are located at that prefill; failed, they stay there."""
+    stalled = [
+        p
+        for p in s.role("prefill")
+        if p.metrics_read and p.prefilling_for_router >= max(1.0, n / 2)
+    ]
+    if len(stalled) != 1:
+        return None
+    p = stalled[0]
+    held = f"{p.name} still holds {p.queued:g} queued and {p.running:g} prefilling in both samples"
+    return s.verdict(p.name, LIKELY, *because, f"{held}: it never finished them", p.load_line())
+
+
 def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
     head = f"{n} requests answered {ph.status} {ph.code or ''}".rstrip()
     if ph.code == "no_available_workers":
@@ -233,6 +255,8 @@ def _status(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict:
         w = s.workers.get(target)
         if w is not None and w.dead:
             return s.verdict(target, CERTAIN, head, f"{target} process {w.dead}")
+        if w is not None and w.role == "prefill" and (v := still_prefilling(s, n, head)):
+            return v  # the router gave up waiting on a prefill that holds them
         if w is not None and w.answers:
             s.rule_out(target, "it answers /health on its own port")
             unreached = f"the router could not reach {target} at its link address {ph.url}"

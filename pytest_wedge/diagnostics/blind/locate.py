@@ -1,17 +1,35 @@
 """The blind locator, a pure function of :class:`Observed`: the client ledger says which
 requests are wedged and how far each got (``clientside``); the rules (``rules``, ``failures``)
-place each group wedged the same way; the location is the hop holding most of the origin's."""
+place each group wedged the same way; the location is the hop holding most of the origin's.
+Nothing tells it when the wedge began: the onset is the client's own first request of the
+episode (``clientside.wedged``), and the counters were compared from a sample before then."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from fnmatch import fnmatch
 
-from pytest_wedge.diagnostics.blind.clientside import Phase, Window, load_key, phase, pools, wedged
+from pytest_wedge.diagnostics.blind.clientside import (
+    Phase,
+    Window,
+    load_key,
+    phase,
+    pools,
+    time_to_head,
+    wedged,
+)
 from pytest_wedge.diagnostics.blind.failures import held_failed
 from pytest_wedge.diagnostics.blind.origins import red_herrings, split_line
 from pytest_wedge.diagnostics.blind.rules import held_direct, held_stream, held_upstream
-from pytest_wedge.diagnostics.blind.servers import CERTAIN, LIKELY, Servers, Verdict
+from pytest_wedge.diagnostics.blind.servers import (
+    ANSWERS_HEALTH,
+    CARRIES_HEALTH,
+    CERTAIN,
+    LIKELY,
+    Servers,
+    Verdict,
+)
 from pytest_wedge.diagnostics.diagnosis import (
     MAX_DETAILS,
     RESTART_SLACK_S,
@@ -91,6 +109,9 @@ def _facts(
     if win.earlier.get(origin):
         line += f"; {win.earlier[origin]} failed before the current window (set aside)"
     facts = [line]
+    if win.starts is not None:
+        ago = obs.client_now - win.starts
+        facts.append(f"onset {ago:.1f} s ago: the episode's first request was sent then (client)")
     if wedged_mine:
         facts.append(tally("how far they got", (_describe(k) for _, _, k in wedged_mine)))
         facts.append(tally("held at", (hop for _, hop, _ in wedged_mine)))
@@ -141,17 +162,61 @@ def _group(
     for key, records in groups.items():
         ours = sum(1 for r in records if r.get("origin") == origin)
         onset = min(float(r.get("sent") or r.get("created") or now) for r in records)
-        # Without a window start, a restart counts when it came shortly before these requests.
-        starts = win.starts if win.starts is not None else onset - RESTART_SLACK_S
+        # A restart counts when it came in the episode, or shortly before its first request.
+        starts = min(onset, win.starts if win.starts is not None else onset) - RESTART_SLACK_S
         # Until the oldest of them was overdue, a healthy stack could still be moving them
         # along: an engine sample from before then cannot show whether a gauge holds them.
         held_from = onset + overdue_after_s
         used, limit = by_pool.get(load_key(records[0]), (0, None))
         pool = f"{used} of {limit} connections in use"
-        s = Servers(obs, held_from, since=starts)
-        verdict = verdicts[key] = _verdict(s, key, records, ours or len(records), pool)
+        s = Servers(obs, held_from, since=starts, onset=min(onset, win.starts or onset))
+        verdict = _verdict(s, key, records, ours or len(records), pool)
+        verdicts[key] = _earned(verdict, key, records, obs, overdue_after_s)
         held += [(r, verdict.hop, key) for r in records]
     return verdicts, held
+
+
+def _reach_s(obs: Observed, overdue_after_s: float, window_s: float = 30.0) -> tuple[float, str]:
+    """How long a request needs to reach the hop that answers its head, at this load: measured
+    on the client's own requests through the router answered lately; with none to measure on,
+    three quarters of the overdue clock (the client's stated patience is all that is known)."""
+    through_router = [
+        r for r in obs.client if obs.named_url(r.get("target") or "") not in obs.worker_names
+    ]
+    took = time_to_head(through_router, obs.client_now, window_s)
+    if took is None:
+        return 0.75 * overdue_after_s, f"no answer in the last {window_s:g} s to measure it on"
+    return took, "the 90th percentile of the client's recent requests' time to response head"
+
+
+def _earned(
+    verdict: Verdict, key: Key, records: list[ClientRecord], obs: Observed, overdue_after_s: float
+) -> Verdict:
+    """``certain`` on pending requests only once they have waited twice the time a request
+    needs to reach its hop at this load: before that a healthy but loaded stack could still be
+    moving them along, and what the servers show of them proves nothing yet."""
+    if verdict.confidence != CERTAIN or isinstance(key, str) or key.kind in ("failed", "unsent"):
+        return verdict
+    now = obs.client_now
+    ages = sorted(now - float(r.get("sent") or now) for r in records)
+    waited = ages[len(ages) // 2]
+    reach, how = _reach_s(obs, overdue_after_s)
+    if waited >= 2 * reach:
+        return verdict
+    pending = f"they have waited {waited:.2f} s (median), under twice the {reach:.2f} s"
+    verdict.because.append(f"not certain yet: {pending} a request needs to reach it ({how})")
+    verdict.confidence = LIKELY
+    return verdict
+
+
+def _consistent(location: str, confidence: str, ruled_out: list[str]) -> tuple[str, list[str]]:
+    """A verdict never names a hop its own report rules out. A line that only cleared the hop
+    of being cut off or dead (it carries /health) is dropped; one that cleared it of holding
+    requests is dropped too, and the verdict it argued against is not ``certain``."""
+    against = [line for line in ruled_out if fnmatch(location, line.split(": ", 1)[0])]
+    hard = [line for line in against if not line.endswith((CARRIES_HEALTH, ANSWERS_HEALTH))]
+    kept = [line for line in ruled_out if line not in against]
+    return (LIKELY if hard and confidence == CERTAIN else confidence), kept
 
 
 def _detail(r: ClientRecord, hop: str, key: Key, verdict: Verdict, now: float) -> RequestDetail:
@@ -165,12 +230,11 @@ def locate_blind(
     overdue_after_s: float = 1.0,
     *,
     window_s: float = 10.0,
-    since: float | None = None,
 ) -> Diagnosis:
     """The hop holding ``origin``'s wedged requests from what an operator observes (``none``
-    without any); failures that ended before ``since`` belong to an earlier window."""
+    without any); failures that ended before the episode's onset belong to an earlier one."""
     now = obs.client_now
-    win = wedged(obs.client, now, overdue_after_s, window_s, since)
+    win = wedged(obs.client, now, overdue_after_s, window_s, origin)
     verdicts, everyone = _group(obs, origin, overdue_after_s, win)
     pairs = [(hop, r.get("origin", "?")) for r, hop, _ in everyone]
     location, stuck = place(pairs, origin, obs.prefill, obs.decode)
@@ -182,6 +246,7 @@ def locate_blind(
     confidence = best.confidence
     if confidence == CERTAIN and sum(hop == location for _, hop, _ in held) * 3 < 2 * len(held):
         confidence = LIKELY  # another hop holds a good share of them too
+    confidence, ruled_out = _consistent(location, confidence, list(best.ruled_out))
     s = Servers(obs)
     mine = [r for r in obs.client if r.get("origin") == origin]
     evidence = _facts(s, origin, win, mine, held)
@@ -205,7 +270,7 @@ def locate_blind(
         unanswered=dict(obs.unanswered),
         confidence=confidence,
         decided_by=list(best.because),
-        ruled_out=list(best.ruled_out),
+        ruled_out=ruled_out,
         locator="blind",
         window_start=win.starts,
     )

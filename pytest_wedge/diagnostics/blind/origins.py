@@ -9,6 +9,8 @@ from collections import Counter
 from pytest_wedge.diagnostics.blind.servers import Servers, direct_records, received_rates
 from pytest_wedge.diagnostics.diagnosis import herring, other_origins
 
+RECENT_S = 3.0  # a direct request answered this recently is still the worker's activity
+
 
 def red_herrings(s: Servers, origin: str) -> list[str]:
     """Each worker's activity that is not ``origin``'s progress, attributed where possible."""
@@ -20,8 +22,15 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
     for name, w in s.workers.items():
         records = direct.get(name, [])
         pending = Counter(r.get("origin", "?") for r in records if r.get("state") == "pending")
+        # A prefill answers a direct request at once (one token or none): its sender shows
+        # as requests answered lately, not as a rate or as requests in flight.
+        recent = Counter(
+            r.get("origin", "?")
+            for r in records
+            if r.get("state") != "pending" and now - float(r.get("finished") or 0.0) <= RECENT_S
+        )
         rates = received_rates(records, now)
-        others = other_origins(origin, rates, pending)
+        others = other_origins(origin, rates, pending + recent)
         busy = obs.workers.get(name, {})
         unknown = w.held - w.in_flight - sum(pending.values())  # what held in both samples
         if not others and unknown < 1:
@@ -37,7 +46,8 @@ def red_herrings(s: Servers, origin: str) -> list[str]:
         for o in others:
             parts.append(
                 f"the client ledger has {o} sending straight to {name} (not through the "
-                f"router): {pending.get(o, 0)} in flight, {rates.get(o, 0.0):.0f} tok/s "
+                f"router): {pending.get(o, 0)} in flight, {recent.get(o, 0)} answered in the "
+                f"last {RECENT_S:g} s, {rates.get(o, 0.0):.0f} tok/s "
                 f"received"
             )
         parts.append(

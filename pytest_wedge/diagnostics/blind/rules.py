@@ -6,6 +6,7 @@ while its partner waits on it), ``likely`` elimination, ``unknown`` no evidence.
 from __future__ import annotations
 
 from pytest_wedge.diagnostics.blind.servers import (
+    ANSWERS_HEALTH,
     CERTAIN,
     DEAD,
     LIKELY,
@@ -26,7 +27,7 @@ def router_down(s: Servers) -> Verdict | None:
         why = s.obs.health.get("router", "not asked")
         said = f"router answers neither /health ({why}) nor /metrics on its own ports"
         return s.verdict("router", LIKELY, f"{said}, though its process runs")
-    s.rule_out("router", f"process {dead}, answers /health and /metrics on its own ports")
+    s.rule_out("router", f"process {dead}, {ANSWERS_HEALTH}")
     return None
 
 
@@ -84,7 +85,7 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
     # nor requests sent to it directly, whose KV no decode will ever fetch).
     ready = [p for p in prefills if p.ready_for_router >= max(1.0, d.waiting_kv / 2)]
     for p in prefills:
-        if p.queued + p.running == 0:
+        if p.metrics_read and p.queued + p.running == 0:
             gauges = f"its gauges: {p.kv_ready:g} with KV ready"
             s.rule_out(p.name, f"it holds none queued or prefilling ({gauges})")
     for p in prefills:
@@ -178,12 +179,17 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         )
         held = f"{p.name} holds {p.queued:g} queued and {p.running:g} prefilling in both samples"
         return s.verdict(p.name, sure, f"{held}{partner}", p.load_line())
-    for p in s.role("prefill"):
-        s.rule_out(p.name, "it holds none queued or prefilling")
+    _rule_out_prefills(s, floor)
     if waiting:
         # A prefill that answers nothing at all holds the KV they wait for: its gauges, read
         # as zeros, cannot clear it.
-        return worker_down(s, s.role("prefill"), slow=True) or _transfer(s, waiting[0])
+        found = worker_down(s, s.role("prefill"), slow=True) or _transfer(s, waiting[0])
+        if found.confidence == UNKNOWN and (alone := _alone_prefilling(s.role("prefill"), n)):
+            # The transfer links tell nothing apart; one prefill alone holds requests in prefill.
+            p = alone[0]
+            held = f"{p.name} alone holds {p.queued:g} queued and {p.running:g} prefilling"
+            return s.verdict(p.name, LIKELY, held, *found.because, p.load_line())
+        return found
     # A decode holding them without serving them is seen in its own gauges; the router's
     # count for a prefill lags its answers under load: a weak sign, asked late.
     what = "holds them and sent no first byte"
@@ -196,7 +202,8 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         if (v := _lost_between(s, w, n)) is not None:
             return v
     for d in decodes:
-        s.rule_out(f"{d.name}->prefill-*", f"{d.name} waits for no KV")
+        if d.metrics_read:
+            s.rule_out(f"{d.name}->prefill-*", f"{d.name} waits for no KV")
     if (holder := _holder(decodes, n, strict=True)) is not None:
         return _decode_holds(s, holder, what)
     for d in decodes:
@@ -204,7 +211,48 @@ def held_upstream(s: Servers, n: int) -> Verdict:
             return v
     if (holder := _holder(decodes, n, strict=False)) is not None:
         return _decode_holds(s, holder, what)
+    if (v := _gaugeless_holder(s, [*prefills, *decodes], n)) is not None:
+        return v
     return s.verdict("router", UNKNOWN, "no component shows where they are held", s.router_line())
+
+
+def _rule_out_prefills(s: Servers, floor: float) -> None:
+    for p in s.role("prefill"):
+        if p.metrics_read:  # a gauge it does not export proves nothing
+            held = p.prefilling_for_router
+            fewer = f"it holds {held:g} queued or prefilling, fewer than the {floor:g} stuck"
+            s.rule_out(p.name, fewer if held else "it holds none queued or prefilling")
+
+
+def _alone_prefilling(prefills: list[Worker], n: int) -> list[Worker]:
+    """The one prefill of several that holds requests queued or prefilling while the others
+    hold almost none: early in a stall there, while the decodes' waits (which count every
+    request in flight, healthy ones too) still outnumber what it holds."""
+    ranked = sorted(prefills, key=lambda p: -p.prefilling_for_router)
+    if len(ranked) < 2 or ranked[0].prefilling_for_router < max(1.0, n / 2):
+        return []
+    return (
+        ranked[:1] if ranked[1].prefilling_for_router * 4 <= ranked[0].prefilling_for_router else []
+    )
+
+
+def _gaugeless_holder(s: Servers, engaged: list[Worker], n: int) -> Verdict | None:
+    """A worker that exports no engine gauges cannot show that it holds them: the one the
+    router has most of them in flight to, over a link that carries /health, is the guess."""
+    blind = sorted(
+        (w for w in engaged if not w.metrics_read and w.in_flight >= max(1.0, n / 2)),
+        key=lambda w: -w.in_flight,
+    )
+    if not blind or s.obs.health.get(f"via router->{blind[0].name}") != "ok":
+        return None
+    w = blind[0]
+    alone = len(blind) == 1 or blind[1].in_flight < w.in_flight
+    carried = f"router->{w.name} carries /health to it"
+    return s.verdict(
+        w.name,
+        LIKELY if alone else UNKNOWN,
+        f"{w.name} exports no engine gauges: {w.sent_line()} and {carried}, so it holds them",
+    )
 
 
 def _stuck_at(d: Worker) -> float:
@@ -250,9 +298,16 @@ def _not_dispatched(s: Servers, n: int) -> Verdict:
     admitted = float(s.obs.router.get("admission_inflight", 0.0))
     if not s.obs.router_in_flight_known:
         for w in s.workers.values():
-            s.rule_out(w.name, "it holds none of them in its own gauges")
+            if w.metrics_read:
+                s.rule_out(w.name, "it holds none of them in its own gauges")
         if (gap := s.swallowed_line("client->router")) is not None:
             return s.verdict("client->router", LIKELY, gap)
+        via = s.obs.health.get("via client->router")
+        if via not in (None, "ok") and s.obs.answered("router"):
+            # However slowly the router answers under load, it answers; through the link it
+            # does not, and no worker holds anything: the link holds them.
+            said = f"/health through client->router {via}, while the router answers it directly"
+            return s.verdict("client->router", LIKELY, said, f"and no worker holds the {n}")
         no_count = f"no worker holds the {n} requests, and this router keeps no in-flight count"
         return s.verdict("router", LIKELY, f"{no_count}: they are in the router or never got in")
     for w in s.workers.values():
@@ -324,6 +379,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
             return v
     if (holder := _holder(decodes, n, strict=False, max_rate=fastest)) is not None:
         return _decode_holds(s, holder, what)
+    if (v := _gaugeless_holder(s, decodes, n)) is not None:
+        return v
     d = decodes[0]
     s.rule_out(d.name, "it holds none of the router's requests (it finished them)")
     said = f"{d.name} finished its part while the router still has {d.in_flight:g} in flight to it"

@@ -16,6 +16,10 @@ DEAD = {
 }
 CERTAIN, LIKELY, UNKNOWN = "certain", "likely", "unknown"
 RATE_WINDOW_S = 1.0
+# What only clears a hop of being cut off or dead (it may still hold requests): a ruled-out line
+# ending so is dropped without doubt when the verdict names that hop after all.
+CARRIES_HEALTH = "it carries /health to its far end"
+ANSWERS_HEALTH = "answers /health and /metrics on its own ports"
 BRISK_S = 0.1  # a direct /health answer this fast makes a timeout through the link telling
 HELD_GAUGES = (
     "num_queue_reqs",
@@ -59,6 +63,7 @@ class Worker:
     metrics_read: bool  # its /metrics answered (else its gauges read as 0 and prove nothing)
     token_rate: float | None  # decode: generated tokens per second between the two samples
     direct_rate: float = 0.0  # tokens per second the client received straight from it
+    metrics_why: str = ""  # why its /metrics gave no gauges, when it did not answer
 
     # Decode: tokens per second for the router's requests (less what the client got directly).
     @property
@@ -106,6 +111,13 @@ class Worker:
         return f"the router has {self.in_flight:g} in flight to {to}"
 
     def load_line(self) -> str:
+        if not self.metrics_read:
+            # A gauge it does not export is no zero: say so rather than print one.
+            direct = f", {self.direct} sent to it directly" if self.direct else ""
+            said = "exports no engine gauges"
+            if self.metrics_why.startswith("did not answer"):
+                said = f"its /metrics {self.metrics_why}: no gauges read"
+            return f"{self.name}: {said}; router in flight {self.in_flight:g}{direct}"
         if self.role == "prefill":
             ready = f"{self.kv_ready:g} with KV ready for a decode"
             held = f"{self.queued:g} queued, {self.running:g} prefilling, {ready}"
@@ -115,7 +127,7 @@ class Worker:
                 f"{self.queued:g} queued, {self.running:g} running"
             )
         direct = f", {self.direct} sent to it directly" if self.direct else ""
-        return f"{self.name}: {held} (sglang gauges); router in flight {self.in_flight:g}{direct}"
+        return f"{self.name}: {held} (engine gauges); router in flight {self.in_flight:g}{direct}"
 
 
 def received_rates(records: list[ClientRecord], now: float) -> dict[str, float]:
@@ -179,11 +191,12 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
         cb_open=cb == 1.0,
         router_healthy=health != 0.0,
         transfer_broken=broken,
-        metrics_read=name in obs.workers,
+        metrics_read=any(g in latest for g in HELD_GAUGES),
         token_rate=_rate(obs, name),
         failed=obs.router_grew("cb_failed").get(name, 0.0),
         held_now=held_now,
         waiting_kv_now=0.0 if prefill else latest.get("num_decode_transfer_queue_reqs", 0.0),
+        metrics_why=obs.unanswered.get(f"{name} metrics", ""),
     )
 
 
@@ -191,12 +204,19 @@ class Servers:
     """The observation indexed for the rules; collects what each rule ruled out."""
 
     def __init__(
-        self, obs: Observed, held_from: float | None = None, *, since: float | None = None
+        self,
+        obs: Observed,
+        held_from: float | None = None,
+        *,
+        since: float | None = None,
+        onset: float | None = None,
     ) -> None:
         """``held_from``: since when the requests should be held (an engine sample from before
-        then cannot show a gauge holding them); ``since``: the start of the current window."""
+        then cannot show a gauge holding them); ``since``: from when a restart counts;
+        ``onset``: when the episode began, as the client saw it."""
         self.obs = obs
         self.since = since
+        self.onset = onset
         direct = direct_records(obs)
         pending = {n: sum(r.get("state") == "pending" for r in rs) for n, rs in direct.items()}
         self.workers = {
@@ -221,10 +241,23 @@ class Servers:
         admitted = obs.router.get("admission_inflight", 0.0)
         return f"router in flight (smg_worker_requests_active): {active}; admitted {admitted:g}"
 
+    def window_misses_onset(self) -> str | None:
+        """Why the router's and links' counters cannot speak for the whole episode: their
+        earlier sample came after its onset (none from before it was kept)."""
+        then = self.obs.traffic_before_at
+        if then is None or self.onset is None or then <= self.onset:
+            return None
+        late = f"{then - self.onset:.1f} s after the episode began"
+        return f"the router's counters are compared from a sample taken {late}"
+
     def restarted(self, name: str, since: float | None) -> float | None:
-        """When ``name``'s process started, if after ``since`` (a restart in the window)."""
+        """When ``name``'s process started, if after ``since`` and after the client had sent
+        its first request (a restart in the window, not the deployment's start)."""
         started = self.obs.started.get(name)
-        if started is None or since is None or started < since:
+        first = min(
+            (float(r.get("sent") or 0.0) for r in self.obs.client if r.get("sent")), default=None
+        )
+        if started is None or since is None or started < since or first is None or started < first:
             return None
         return float(started)
 
@@ -280,7 +313,7 @@ class Servers:
                 if self.obs.health_s.get(self.obs.far_end(link), 1.0) < BRISK_S:
                     return self.verdict(link, LIKELY, why)
             if self.obs.health.get(f"via {link}") == "ok":
-                self.rule_out(link, "it carries /health to its far end")
+                self.rule_out(link, CARRIES_HEALTH)
         return None
 
     def swallowed_line(self, link: str) -> str | None:
