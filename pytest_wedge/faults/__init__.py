@@ -18,6 +18,7 @@ from pytest_wedge.faults.engine import (
 )
 from pytest_wedge.faults.fault import (
     Fault,
+    FaultNotApplied,
     FaultSet,
     FaultWindow,
     ScheduledError,
@@ -41,6 +42,7 @@ from pytest_wedge.faults.process_actions import (
     Kill,
     Pause,
     Restart,
+    Terminate,
 )
 from pytest_wedge.faults.registry import FAULT_REGISTRY, register
 
@@ -55,6 +57,7 @@ __all__ = [
     "EngineFault",
     "ErrorStatus",
     "Fault",
+    "FaultNotApplied",
     "FaultSet",
     "FaultWindow",
     "Kill",
@@ -75,6 +78,7 @@ __all__ = [
     "StallBeforeFirstToken",
     "StallBootstrap",
     "StallKvTransfer",
+    "Terminate",
     "Timeout",
     "Toxic",
     "register",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.fault import Fault
+from pytest_wedge.faults.fault import Fault, FaultNotApplied
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_component_name
 from pytest_wedge.stubs.control_client import StubUnavailable
@@ -75,6 +75,16 @@ class EngineFault(Fault):
     def revert(self, topology: Topology) -> None:
         if topology.runtime.state(self.target) == "running":
             topology.stub(self.target).remove_fault(self.fault_name)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        active = [f.get("name") for f in topology.stub(self.target).faults()]
+        if self.fault_name not in active:
+            raise FaultNotApplied(
+                self,
+                expected=f"{self.target} reports {self.fault_name} active",
+                seen=f"active: {', '.join(map(str, active)) or 'none'}",
+            )
+        return f"{self.target} reports {self.kind} active"
 
 
 @register
@@ -189,6 +199,15 @@ class Crash(EngineFault):
     def revert(self, topology: Topology) -> None:
         if topology.runtime.state(self.target) != "running":
             topology.restart(self.target)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        # Under load the next matching request may already have come: the exit is the proof.
+        try:
+            return super().verify(topology, applied_at)
+        except StubUnavailable:
+            if topology.runtime.state(self.target) != "exited":
+                raise
+        return f"{self.target} already exited on its next request"
 
 
 @register

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_wedge.errors import WedgeError
+from pytest_wedge.spec.component import check_field_types
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -38,6 +39,11 @@ class Fault(ABC):
         default_factory=_next_instance_id, init=False, compare=False, repr=False
     )
 
+    def __post_init__(self) -> None:
+        # Every field against its annotation: a wrong type fails here, naming the field, not
+        # later in a stub or in Toxiproxy. Scenario files get the same check through this.
+        check_field_types(self)
+
     @abstractmethod
     def apply(self, topology: Topology) -> None: ...
 
@@ -47,14 +53,33 @@ class Fault(ABC):
     def describe(self) -> str:
         return f"{type(self).__name__} on {self.target}"
 
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        """What shows it took effect (``"router: 1 process stopped (T)"``), read right after
+        ``apply``; raise :class:`FaultNotApplied` when it did not. None: nothing to read."""
+        return None
+
+
+class FaultNotApplied(WedgeError, AssertionError):
+    """A fault was applied and did not take effect: a run that trusted it would test nothing."""
+
+    def __init__(self, fault: Fault, expected: str, seen: str, fix: str = "") -> None:
+        super().__init__(
+            f"{fault.describe()} did not take effect",
+            facts={"expected": expected, "seen": seen},
+            fix=fix or "check that the target is up and is the one you meant",
+        )
+
 
 @dataclass
 class FaultWindow:
-    """When a fault was active, in wall-clock seconds (for the timeline and the diagnosis)."""
+    """When a fault was active, in wall-clock seconds (for the timeline and the diagnosis),
+    and what showed it took effect, when."""
 
     fault: Fault
     started: float
     ended: float | None = None
+    verified_at: float | None = None
+    verified: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,10 +142,13 @@ class FaultSet:
     def _apply(self, fault: Fault) -> None:
         if self.before_window is not None:
             self.before_window()
+        window = FaultWindow(fault, time.time())
         with self._lock:
-            self.windows.append(FaultWindow(fault, time.time()))
+            self.windows.append(window)
         try:
             fault.apply(self.topology)
+            seen = fault.verify(self.topology, window.started)
+            window.verified_at, window.verified = time.time(), seen or ""
         except BaseException:
             # Undo what part of it took effect; the apply error is the one to report.
             with contextlib.suppress(Exception):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.fault import Fault
+from pytest_wedge.faults.fault import Fault, FaultNotApplied
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_link_name
 
@@ -33,11 +33,7 @@ class Toxic(Fault):
     toxic_type: ClassVar[str]
 
     def __post_init__(self) -> None:
-        if self.stream not in ("upstream", "downstream"):
-            raise ConfigError(
-                f"Bad stream {self.stream!r} for {type(self).__name__}",
-                fix="use stream='upstream' or stream='downstream'",
-            )
+        super().__post_init__()  # the types, ``stream`` among them (a Literal)
         if not 0.0 <= self.toxicity <= 1.0:
             raise ConfigError(f"Bad toxicity {self.toxicity!r}", fix="use a value in [0, 1]")
 
@@ -69,6 +65,17 @@ class Toxic(Fault):
 
     def revert(self, topology: Topology) -> None:
         topology.toxiproxy.remove_toxic(_proxy(topology, self.target), self.toxic_name)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        proxy = _proxy(topology, self.target)
+        listed = [t.get("name") for t in topology.toxiproxy.toxics(proxy)]
+        if self.toxic_name not in listed:
+            raise FaultNotApplied(
+                self,
+                expected=f"Toxiproxy lists the toxic {self.toxic_name} on {proxy}",
+                seen=f"{proxy} lists {', '.join(map(str, listed)) or 'no toxics'}",
+            )
+        return f"Toxiproxy lists {self.toxic_type} {self.stream} on {self.target}"
 
 
 @register
@@ -181,3 +188,12 @@ class Down(Fault):
 
     def revert(self, topology: Topology) -> None:
         topology.toxiproxy.set_enabled(_proxy(topology, self.target), True)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        proxy = _proxy(topology, self.target)
+        enabled = topology.toxiproxy.proxies().get(proxy, {}).get("enabled")
+        if enabled is not False:
+            raise FaultNotApplied(
+                self, expected=f"Toxiproxy shows {proxy} disabled", seen=f"enabled={enabled}"
+            )
+        return f"Toxiproxy shows {self.target} disabled"

@@ -1,12 +1,17 @@
-"""Component faults, carried out by the runtime: pause, kill, restart, PD-pair restarts."""
+"""Component faults, carried out by the runtime: pause, kill, graceful stop, restart, PD-pair
+restarts. Each verifies itself from the kernel's or the runtime's view right after."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import httpx
+import psutil
+
 from pytest_wedge.errors import ConfigError
-from pytest_wedge.faults.fault import Fault
+from pytest_wedge.evidence.parse import process_state
+from pytest_wedge.faults.fault import Fault, FaultNotApplied
 from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_component_name, validate_link_name
 
@@ -34,6 +39,61 @@ def check_started_by_us(names: list[str], topology: Topology) -> None:
         )
 
 
+def _process_tree(pid: int | None) -> list[psutil.Process]:
+    if pid is None:
+        return []
+    try:
+        parent = psutil.Process(pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _statuses(processes: list[psutil.Process]) -> list[str]:
+    statuses: list[str] = []
+    for process in processes:
+        try:
+            statuses.append(process.status())
+        except psutil.Error:
+            statuses.append("gone")
+    return statuses
+
+
+def verify_gone(fault: Fault, topology: Topology) -> str:
+    """The component's process has exited (the runtime says so, and its PID is gone)."""
+    state, pid = topology.runtime.state(fault.target), topology.runtime.pid(fault.target)
+    if state == "running" or state == "paused" or (pid is not None and psutil.pid_exists(pid)):
+        raise FaultNotApplied(
+            fault, expected=f"{fault.target}'s process gone", seen=f"{state}, pid {pid}"
+        )
+    code = topology.runtime.exit_code(fault.target)
+    return f"{fault.target} exited" + (f" (exit status {code})" if code is not None else "")
+
+
+def verify_restarted(fault: Fault, names: list[str], topology: Topology, since: float) -> str:
+    """Each of ``names`` runs a process started after ``since`` that answers its ready URL."""
+    seen = []
+    for name in names:
+        pid = topology.runtime.pid(name)
+        _, started = process_state(pid)
+        # The kernel's clocks count in ticks (10 ms): allow a few of rounding.
+        new = started is not None and started >= since - 0.05
+        url = topology.components[name].ready_url
+        try:
+            answered = topology.http.get(url, timeout=2.0).status_code
+        except httpx.HTTPError as exc:
+            answered = 0
+            seen.append(f"{name}: pid {pid}, {url} {type(exc).__name__}")
+        if not new or answered != 200:
+            raise FaultNotApplied(
+                fault,
+                expected=f"{name} a new process (started after the fault) that answers {url}",
+                seen=f"pid {pid} {'new' if new else 'not new'}, {url} answered {answered or 'nothing'}",
+            )
+        seen.append(f"{name} new pid {pid}")
+    return ", ".join(seen) + " answering"
+
+
 @register
 @dataclass(frozen=True)
 class Pause(ComponentFault):
@@ -45,6 +105,22 @@ class Pause(ComponentFault):
 
     def revert(self, topology: Topology) -> None:
         topology.runtime.resume(self.target)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        state = topology.runtime.state(self.target)
+        if topology.runtime.name != "process":  # a frozen cgroup shows no T: the runtime's word
+            if state != "paused":
+                raise FaultNotApplied(self, expected=f"{self.target} paused", seen=state)
+            return f"{self.target} paused ({topology.runtime.name})"
+        statuses = _statuses(_process_tree(topology.runtime.pid(self.target)))
+        if not statuses or any(s != psutil.STATUS_STOPPED for s in statuses):
+            raise FaultNotApplied(
+                self,
+                expected=f"every process of {self.target} stopped (state T)",
+                seen=f"runtime: {state}; processes: {', '.join(statuses) or 'none'}",
+                fix=f"a Pause needs {self.target} running: check that nothing stopped it before",
+            )
+        return f"{len(statuses)} process(es) of {self.target} stopped (T)"
 
 
 @register
@@ -60,6 +136,28 @@ class Kill(ComponentFault):
         if topology.runtime.state(self.target) != "running":
             topology.restart(self.target)
 
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        return verify_gone(self, topology)
+
+
+@register
+@dataclass(frozen=True)
+class Terminate(ComponentFault):
+    """SIGTERM (``docker stop``): a graceful stop, as a rollout or a node drain does; the
+    component may finish or fail what it holds before it exits (SIGKILL after 2 s). Reverting
+    starts it again if it is still down."""
+
+    def apply(self, topology: Topology) -> None:
+        check_started_by_us([self.target], topology)
+        topology.runtime.stop(self.target)
+
+    def revert(self, topology: Topology) -> None:
+        if topology.runtime.state(self.target) != "running":
+            topology.restart(self.target)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        return verify_gone(self, topology)
+
 
 @register
 @dataclass(frozen=True)
@@ -69,6 +167,9 @@ class Restart(ComponentFault):
     def apply(self, topology: Topology) -> None:
         check_started_by_us([self.target], topology)
         topology.restart(self.target)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        return verify_restarted(self, [self.target], topology, applied_at)
 
 
 def _check_decode(decode: str, topology: Topology) -> None:
@@ -95,13 +196,11 @@ class DecodeOnlyRestart(Fault):
     def __post_init__(self) -> None:
         # A scenario file gives a list (or one name); a tuple keeps the fault hashable.
         given: object = self.prefills
-        names = (given,) if isinstance(given, str) else tuple(given)  # type: ignore[arg-type]
-        if not all(isinstance(name, str) for name in names):
-            raise ConfigError(
-                f"DecodeOnlyRestart prefills must be names, got {given!r}",
-                fix='use prefills=("prefill-0",) or leave it empty',
+        if isinstance(given, (str, list)):
+            object.__setattr__(
+                self, "prefills", (given,) if isinstance(given, str) else tuple(given)
             )
-        object.__setattr__(self, "prefills", names)
+        super().__post_init__()  # then the types: a tuple of names
 
     def wedged_links(self, topology: Topology) -> list[str]:
         """Where the wedge shows: the transfer link from this decode to each of its prefills."""
@@ -114,6 +213,9 @@ class DecodeOnlyRestart(Fault):
             validate_link_name(link, topology.spec)
         check_started_by_us([self.target], topology)
         topology.restart(self.target)
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        return verify_restarted(self, [self.target], topology, applied_at)
 
     def describe(self) -> str:
         wedged = f" (wedges its transfers from {', '.join(self.prefills)})" if self.prefills else ""
@@ -131,3 +233,6 @@ class CoRestart(Fault):
         _check_decode(self.target, topology)
         check_started_by_us(topology.pd_pair(self.target), topology)
         topology.restart(*topology.pd_pair(self.target))
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        return verify_restarted(self, topology.pd_pair(self.target), topology, applied_at)

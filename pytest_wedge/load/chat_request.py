@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -24,6 +25,34 @@ from pytest_wedge.load.exchange import (
 )
 
 Message = Mapping[str, Any]
+# request id -> how to abort it from another thread (a watchdog's action), while it is in flight.
+_IN_FLIGHT: dict[str, Callable[[str], None]] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def abort_in_flight(request_id: str, reason: str) -> bool:
+    """Abort an in-flight request as its client would (the connection closes; the record ends
+    ``aborted`` with ``reason``); False when it is not in flight."""
+    with _IN_FLIGHT_LOCK:
+        abort = _IN_FLIGHT.get(request_id)
+    if abort is None:
+        return False
+    abort(reason)
+    return True
+
+
+def _abort_hook(timer: asyncio.Timeout, reasons: list[str]) -> Callable[[str], None]:
+    loop = asyncio.get_running_loop()
+
+    def expire_now() -> None:
+        if not timer.expired():
+            timer.reschedule(loop.time())
+
+    def abort(reason: str) -> None:
+        reasons.append(reason)
+        loop.call_soon_threadsafe(expire_now)
+
+    return abort
 
 
 def tag_request(
@@ -162,8 +191,11 @@ async def send_chat(
     state: State
     error: str | None = None
     opened = completed = False
+    aborted_by: list[str] = []
     try:
         async with deadline, abort_timer:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT[record.request_id] = _abort_hook(abort_timer, aborted_by)
             status = await exchange.open(body, headers)
             opened = True
             record.first_byte = time.time()
@@ -184,7 +216,9 @@ async def send_chat(
         state, error = outcome.state, outcome.error
         completed = state == "ok"
     except TimeoutError:
-        if abort_timer.expired() and not deadline.expired():
+        if aborted_by:
+            state, error = "aborted", aborted_by[0]
+        elif abort_timer.expired() and not deadline.expired():
             state, error = "aborted", f"aborted by client after {abort_after_s}s"
         else:
             state, error = "timeout", f"client deadline of {timeout_s}s expired"
@@ -200,6 +234,8 @@ async def send_chat(
             raise
         state, error = failed
     finally:
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.pop(record.request_id, None)
         if not (leak_stream and opened):  # a leaked stream keeps its connection on purpose
             await exchange.close(completed=completed)
     record.finish(state, error=snippet(error) if error else None)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_wedge.diagnostics import Moment, capture_moment, dump_stacks, locate, write_artifacts
 from pytest_wedge.diagnostics.moment import active_fault_labels, current_window_start
+from pytest_wedge.diagnostics.oracle import scene_faults
 from pytest_wedge.evidence.stacks import render_stacks
 from pytest_wedge.handle import Wedge
 from pytest_wedge.topology.what_ran import describe_components, not_proxied
@@ -56,10 +57,21 @@ def _watchdog_lines(wedge: Wedge, rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"watchdog check: budget {check.within_s:g} s, time to clear {cleared}")
     if rows:
         lines.append("watchdogs armed:")
-        lines += [
-            f"  - {r['watchdog']}: " + ("fired" if r.get("fired") else "did not fire") for r in rows
-        ]
+        lines += [f"  - {r['watchdog']}: {_watchdog_state(r)}" for r in rows]
     return lines
+
+
+def _watchdog_state(row: dict[str, Any]) -> str:
+    """``fired at 12:00:03.120 (no progress ...), then Restart on decode-0: done``."""
+    if row.get("error"):
+        return f"could not be read ({row['error']})"
+    if not row.get("fired"):
+        return "did not fire" + ("" if row.get("acts") else " (observes only)")
+    at = time.strftime("%H:%M:%S", time.localtime(row["first_at"]))
+    state = f"fired at {at}.{int(row['first_at'] % 1 * 1000):03d} ({row['detail']})"
+    if row.get("action"):
+        return state + f", then {row['action']}: {row['outcome']}"
+    return state + ("" if row.get("acts") else ", observes only: nothing acted")
 
 
 def _fault_lines(wedge: Wedge, moment: Moment) -> list[str]:
@@ -69,6 +81,12 @@ def _fault_lines(wedge: Wedge, moment: Moment) -> list[str]:
     now = active_fault_labels(wedge.faults)
     if now != moment.faults:
         lines.append("active faults now, at the report: " + (", ".join(now) or "none"))
+    lines += [
+        f"  {w.fault.describe()}: verified +{w.verified_at - w.started:.2f} s after it was "
+        f"applied ({w.verified})"
+        for w in wedge.faults.windows
+        if w.verified_at is not None and w.verified
+    ]
     lines += [f"scheduled fault error: {e}" for e in wedge.faults.scheduled_errors]
     return lines
 
@@ -109,7 +127,8 @@ def build_report(
         "moment": moment.to_json(),
     }
     since = current_window_start(wedge.faults)
-    data["oracle"] = locate(moment.snapshot, origin=diagnosis.origin, since=since)
+    faults = scene_faults(wedge)
+    data["oracle"] = locate(moment.snapshot, origin=diagnosis.origin, faults=faults, since=since)
     rows = watchdog_report(wedge, wedge.watchdogs)
     lines += _watchdog_lines(wedge, rows)
     components = ", ".join(f"{n}={s}" for n, s in moment.states.items())
@@ -162,7 +181,8 @@ def _timeline_heading(
     if failure:
         at = wedge.failure_moment.taken_at if wedge.failure_moment is not None else time.time()
         marks.append((at, "failure"))
-    return {"title": (context or {}).get("nodeid"), "failure": failure, "marks": marks}
+    heading = {"title": (context or {}).get("nodeid"), "failure": failure, "marks": marks}
+    return heading | {"started": wedge.started}  # the timeline's time 0
 
 
 def keep_artifacts(wedge: Wedge, context: dict[str, Any] | None = None) -> Path | None:

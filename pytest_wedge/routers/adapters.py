@@ -43,6 +43,9 @@ class RouterAdapter:
     # ... only when the workers speak another protocol than the router's own
     unproxied_other_protocol: tuple[str, ...] = ()
     ready_path: str = "/readiness"
+    # Whether its /metrics counts a request cut by --request-timeout-secs; else only its
+    # clients see the cut (the stream ends without [DONE], or an error status).
+    counts_timeouts: bool = False
 
     @property
     def package(self) -> str:
@@ -81,6 +84,7 @@ SMG = RouterAdapter(
     isolated=False,
     keepalive=True,
     starts_with_workers=True,
+    counts_timeouts=True,
     unproxied=(
         "the registration-time TCP connect from the router to each prefill's real "
         "bootstrap port (smg is given that port so it can hand it to the decodes)",
@@ -139,6 +143,13 @@ def counts_in_flight_per_worker(kind: str) -> bool:
     (``command``/``url``) router is taken to be smg."""
     found = ADAPTERS.get(kind)
     return found is None or found.metrics.inflight == PER_WORKER_IN_FLIGHT
+
+
+def counts_timeouts(kind: str) -> bool:
+    """Does router ``kind`` count its request-timeout cuts? A user's own router is taken to be
+    smg."""
+    found = ADAPTERS.get(kind)
+    return found is None or found.counts_timeouts
 
 
 def starts_with_workers(kind: str) -> bool:

@@ -39,6 +39,24 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
+async def health_generate(request: web.Request) -> web.Response:
+    """SGLang's /health_generate: one token through the engine's own admission. A decode takes
+    a preallocation slot first, so slots held by transfers that never finish starve it, and
+    the caller's timeout (a kubelet probe's) fails it."""
+    engine = request.app[ENGINE]
+    pools = [engine.prealloc.slots] if engine.config.role == "decode" else []
+    held = []
+    try:
+        for pool in [*pools, engine.slots]:
+            await pool.acquire()  # a caller that gives up cancels the wait and takes nothing
+            held.append(pool)
+        await asyncio.sleep(engine.config.itl_ms / 1000.0)
+    finally:
+        for pool in held:
+            pool.release()
+    return web.Response(text="OK")
+
+
 async def models(request: web.Request) -> web.Response:
     cfg = request.app[ENGINE].config
     # owned_by "sglang" ends smg's backend detection before it ever probes /version.
@@ -162,6 +180,7 @@ def make_app(engine: Engine) -> web.Application:
         vllm.add_routes(app)
     else:
         r.add_get("/health", health)
+        r.add_get("/health_generate", health_generate)
         r.add_get("/v1/models", models)
         for path in ("/server_info", "/get_server_info"):
             r.add_get(path, server_info)

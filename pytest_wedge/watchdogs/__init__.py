@@ -1,12 +1,18 @@
-"""Watchdogs: the kinds (router flags, engine watchdogs, a user's own), the reference
+"""Watchdogs: the kinds (router flags, engine watchdogs, a user's own), detectors with an
+action (``NoProgressWatchdog(idle_s=3, action=Restart("decode-0"))``), the reference
 policies, ``expect_cleared`` (a watchdog clears a wedge within its budget) and
 ``expect_quiet`` (it leaves healthy work alone)."""
 
+from pytest_wedge.watchdogs.actions import AbortOldest, RunCommand, WatchdogAction
 from pytest_wedge.watchdogs.clearing import ClearCheck, NotClearedError, expect_cleared
+from pytest_wedge.watchdogs.kubernetes import KubernetesProbes
 from pytest_wedge.watchdogs.policies import (
     AggregateThroughputWatchdog,
     CoRestartWatchdog,
+    EngineGaugeWatchdog,
     NoProgressWatchdog,
+    OldestRequestWatchdog,
+    ProbeWatchdog,
     aggregate_throughput_check,
     co_restart_on_transfer_wedge,
     no_progress_check,
@@ -27,23 +33,30 @@ from pytest_wedge.watchdogs.watchdog import (
 )
 
 __all__ = [
+    "AbortOldest",
     "AggregateThroughputWatchdog",
     "CallableWatchdog",
     "ClearCheck",
     "CoRestartWatchdog",
     "CommandWatchdog",
+    "EngineGaugeWatchdog",
     "FalsePositiveError",
     "Firing",
     "InflightPinWatchdog",
+    "KubernetesProbes",
     "NoProgressWatchdog",
     "NotClearedError",
+    "OldestRequestWatchdog",
+    "ProbeWatchdog",
     "QuietCheck",
     "RequestTimeout",
     "RouterFlag",
+    "RunCommand",
     "StreamBodyStallTimeout",
     "StubWatchdog",
     "TransferTimeoutWatchdog",
     "Watchdog",
+    "WatchdogAction",
     "aggregate_throughput_check",
     "co_restart_on_transfer_wedge",
     "expect_cleared",

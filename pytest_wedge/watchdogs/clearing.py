@@ -118,10 +118,69 @@ def _watchdog_lines(rows: list[dict[str, Any]], onset: float) -> str:
             state = f"could not be read ({row['error']})"
         elif row["fired"]:
             state = f"armed, fired at +{row['first_at'] - onset:.2f} s ({row['count']}x)"
+            if row.get("action"):
+                state += f", then {row['action']}: {row['outcome']}"
         else:
             state = "armed, did not fire"
         lines.append(f"{row['watchdog']}: {state}")
     return "; ".join(lines) or "none armed"
+
+
+def watchdog_case(row: dict[str, Any], onset: float, within_s: float, cleared: bool) -> str:
+    """Which of the five cases a watchdog's row is: ``cleared``, ``observes only``,
+    ``acted, wedge stayed``, ``slower than the budget`` or ``never saw the signal``."""
+    after = row.get("fires_after_s")
+    if not row.get("fired"):
+        return (
+            "slower than the budget"
+            if after is not None and after > within_s
+            else ("never saw the signal")
+        )
+    if row["first_at"] - onset > within_s:
+        return "slower than the budget"
+    if not row.get("acts"):
+        return "observes only"
+    return "cleared" if cleared else "acted, wedge stayed"
+
+
+def watchdog_advice(
+    row: dict[str, Any], case: str, onset: float, within_s: float, changed: str
+) -> str:
+    """What to do about a watchdog in ``case``; ``changed``: what the wedge changed instead."""
+    name = row["watchdog"]
+    at = f"+{row['first_at'] - onset:.2f} s" if row.get("fired") else ""
+    after = row.get("fires_after_s")
+    if case == "cleared":
+        action = row.get("action") or "its own action"
+        return f"{name} fired at {at} and {action} cleared the wedge"
+    if case == "observes only":
+        return (
+            f"{name} fired at {at}, within the {within_s:g} s budget, but it only observes: "
+            'nothing acted on it. Give it an action (action=Restart("decode-0"), '
+            'AbortOldest(), CoRestart(...); in a scenario file action = { kind = "Restart", '
+            'target = "decode-0" })'
+        )
+    if case == "acted, wedge stayed":
+        did = f"{row['action']} ({row['outcome']})" if row.get("action") else "acted"
+        return (
+            f"{name} fired at {at} and {did}, but the wedge stayed: its action does not cure "
+            f"this wedge ({changed})"
+        )
+    if case == "slower than the budget":
+        if not row.get("fired") and after is not None:
+            return (
+                f"{name} waits {after:g} s before it can fire, longer than the {within_s:g} s "
+                f"budget: lower it below {within_s:g} s, or raise the budget if it is the wrong one"
+            )
+        return (
+            f"{name} fired at {at}, after the {within_s:g} s budget: lower its timeout"
+            + (f" ({after:g} s)" if after is not None else "")
+            + ", or raise the budget if it is the wrong one"
+        )
+    if case == "could not be read":
+        return f"{name} could not be read ({row['error']}): fix the watchdog first"
+    signal = row.get("signal") or "its own signal"
+    return f"{name} never fired: it watches {signal}, and this wedge changed something else ({changed})"
 
 
 @contextlib.contextmanager
@@ -172,10 +231,15 @@ def expect_cleared(
             check.cleared_at = time.time()
         check.ever_stuck = len(ever_stuck)
         check.watchdog_rows = watchdog_report(wedge, watchdogs)
-        wedge.clear_checks.append(check)
         elapsed = check.time_to_clear_s
-        if elapsed is None or elapsed > within_s:
+        cleared_in_time = elapsed is not None and elapsed <= within_s
+        for row in check.watchdog_rows:
+            row["case"] = watchdog_case(row, check.onset, within_s, cleared_in_time)
+        wedge.clear_checks.append(check)
+        if not cleared_in_time:
             raise _not_cleared(wedge, check, overdue_after_s)
+        for row in check.watchdog_rows:
+            row["advice"] = watchdog_advice(row, row["case"], check.onset, within_s, "")
 
 
 def _not_cleared(wedge: ClearScene, check: ClearCheck, overdue_after_s: float) -> NotClearedError:
@@ -189,22 +253,24 @@ def _not_cleared(wedge: ClearScene, check: ClearCheck, overdue_after_s: float) -
         + (f" (e.g. {', '.join(r.request_id for r in stuck[:3])})" if stuck else ""),
         "watchdogs": _watchdog_lines(check.watchdog_rows, check.onset),
     }
+    changed = "the diagnosis failed"
     try:
         diagnosis = diagnose(wedge, origin=check.origin, overdue_after_s=overdue_after_s)
         facts["located at"] = diagnosis.location
         facts["evidence"] = "; ".join(diagnosis.evidence[:4])
+        changed = f"{check.origin} requests held at {diagnosis.location}"
+        if diagnosis.red_herrings:
+            changed += f"; {diagnosis.red_herrings[0]}"
     except Exception as exc:  # the failure must still be reported without a diagnosis
         facts["located at"] = f"(diagnosis failed: {exc})"
-    silent = [r["watchdog"] for r in check.watchdog_rows if r.get("fired") is False]
-    fix = (
-        f"{', '.join(silent)} did not fire: check that it watches the signal this wedge "
-        "changes, or arm one that does"
-        if silent
-        else "the watchdog fired but too late: lower its timeout, or raise the budget if the "
-        "budget is the wrong one"
-    )
+    advice = []
+    for row in check.watchdog_rows:
+        if "case" in row:
+            row["advice"] = watchdog_advice(row, row["case"], check.onset, check.within_s, changed)
+            advice.append(row["advice"])
     return NotClearedError(
         f"The {check.origin} wedge was not cleared within {check.within_s:g} s",
         facts=facts,
-        fix=fix,
+        fix="; ".join(advice)
+        or "arm a watchdog that watches the signal this wedge changes, with an action",
     )

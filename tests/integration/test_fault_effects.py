@@ -13,8 +13,10 @@ from pytest_wedge.faults import (
     Crash,
     Down,
     ErrorStatus,
+    FaultNotApplied,
     Kill,
     LimitData,
+    Pause,
     RefuseBootstrap,
     ResetPeer,
     Restart,
@@ -22,6 +24,7 @@ from pytest_wedge.faults import (
     SlowClose,
     SlowTokens,
     StallBeforeFirstToken,
+    Terminate,
     Timeout,
 )
 from pytest_wedge.waiting import wait_for
@@ -139,6 +142,51 @@ def test_restart_gives_a_new_process_that_serves(wedge):
     wedge.apply(Restart("prefill-0"))
     assert wedge.topology.runtime.pid("prefill-0") != before
     assert chat(wedge).status_code == 200
+
+
+def test_terminate_stops_a_worker_gracefully_and_kill_does_not(wedge):
+    terminated = wedge.apply(Terminate("decode-0"))
+    assert wedge.topology.runtime.exit_code("decode-0") == 0  # it ran its own shutdown
+    assert chat(wedge).status_code >= 500
+    wedge.revert(terminated)
+    wedge.apply(Kill("decode-0"))
+    assert wedge.topology.runtime.exit_code("decode-0") == -9
+    window = wedge.faults.windows[-1]
+    assert window.verified == "decode-0 exited (exit status -9)", window
+
+
+def test_every_fault_family_records_what_showed_it_took_effect(wedge):
+    for fault in (
+        Pause("router"),
+        Timeout(target=CLIENT_LINK, timeout_ms=0),
+        Down(target="router->decode-0"),
+        StallBeforeFirstToken(target="prefill-0"),
+        Restart("prefill-0"),
+    ):
+        wedge.apply(fault)
+        window = wedge.faults.windows[-1]
+        assert window.verified_at is not None and window.verified_at >= window.started, window
+        assert window.verified, window
+        if fault.target == "router":
+            wedge.revert(fault)
+    verified = [w.verified for w in wedge.faults.windows]
+    assert verified[0].endswith("of router stopped (T)")
+    assert verified[1] == "Toxiproxy lists timeout downstream on client->router"
+    assert verified[2] == "Toxiproxy shows router->decode-0 disabled"
+    assert verified[3] == "prefill-0 reports stall_before_first_token active"
+    assert verified[4].startswith("prefill-0 new pid ") and verified[4].endswith(" answering")
+
+
+def test_a_pause_of_a_process_that_already_exited_fails_at_once(wedge):
+    wedge.apply(Kill("decode-0"))
+    started = time.monotonic()
+    with pytest.raises(FaultNotApplied) as failure:
+        wedge.apply(Pause("decode-0"))
+    assert time.monotonic() - started < 2.0
+    text = str(failure.value)
+    assert "Pause on decode-0 did not take effect" in text
+    assert "expected: every process of decode-0 stopped (state T)" in text
+    assert "seen: runtime: exited; processes: none" in text
 
 
 # -- engine faults in the stubs ------------------------------------------------------------

@@ -309,3 +309,24 @@ def test_vllm_router_passes_a_prefill_error_to_the_client_without_a_retry(wedge)
     assert seen["cb_failed"].get("prefill-0") == agents and not seen["cb_failed"].get("decode-0")
     # The locator reads the 500's text as the prefill's answer, not an unreachable link.
     assert wedge.diagnose().location == "prefill-0"
+
+
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_a_router_request_timeout_is_named_as_what_cleared_the_wedge_on_every_kind(
+    wedge_factory, kind
+):
+    """smg counts the cut; sglang-router and vllm-router count nothing, so the firing is read
+    from the client's answers: requests that ended without success at the timeout."""
+    from pytest_wedge.faults import StallAfterTokens
+    from pytest_wedge.watchdogs import RequestTimeout
+
+    wedge = wedge_factory(router=kind, router_args=["--request-timeout-secs", "2"])
+    with wedge.expect_cleared(
+        within_s=4.0, watchdogs=[RequestTimeout(2)], require_recovery=False
+    ) as check:
+        wedge.apply(StallAfterTokens("decode-0", tokens=3))
+        wedge.harness(agents=5, rounds=1, client_timeout_s=30)
+    [row] = check.watchdog_rows
+    assert row["fired"] and row["case"] == "cleared", row
+    how = "counted by the router" if kind == "smg" else "seen by the client: 5 requests"
+    assert row["detail"].startswith(how), row

@@ -167,3 +167,48 @@ def test_an_external_command_can_be_the_watchdog(wedge):
     row = check.watchdog_rows[0]
     assert row["fired"] and "pin release" in row["detail"]
     wedge.assert_nothing_lost("harness")
+
+
+@FAST_BREAKER  # the streams the restart breaks open smg's breaker on decode-0
+def test_an_acting_no_progress_watchdog_clears_a_stall_and_is_reported_as_acting(wedge):
+    """No progress for 3 s -> co-restart decode-0 with its prefill (a decode restarted alone
+    strands new transfers, incident 2): its row says it fired, with the detector's time, and
+    the restart's start, end and outcome, read right as the wedge cleared."""
+    from pytest_wedge.faults import CoRestart
+    from pytest_wedge.watchdogs import NoProgressWatchdog
+
+    watchdog = NoProgressWatchdog(idle_s=3.0, action=CoRestart("decode-0"))
+    with wedge.expect_cleared(within_s=10.0, watchdogs=[watchdog]) as check:
+        half_open_streams(wedge)
+    row = check.watchdog_rows[0]
+    assert row["fired"] is True and row["count"] >= 1, row
+    assert row["case"] == "cleared", row
+    assert row["action"] == "CoRestart on decode-0" and row["outcome"].startswith("done"), row
+    assert check.onset + 3.0 <= row["first_at"] <= row["action_started"] <= row["action_ended"]
+    assert row["action_ended"] <= check.cleared_at + 0.5
+
+
+def test_an_observing_watchdog_is_advised_to_act(wedge):
+    from pytest_wedge.watchdogs import NoProgressWatchdog
+
+    with (
+        pytest.raises(NotClearedError) as failure,
+        wedge.expect_cleared(within_s=5.0, watchdogs=[NoProgressWatchdog(idle_s=1.0)]),
+    ):
+        half_open_streams(wedge)
+    text = str(failure.value)
+    assert "within the 5 s budget, but it only observes" in text, text
+    assert "lower its timeout" not in text, text
+
+
+def test_an_oldest_request_watchdog_aborts_the_oldest_request_as_its_client_would(wedge):
+    from pytest_wedge.watchdogs import AbortOldest, OldestRequestWatchdog
+
+    watchdog = OldestRequestWatchdog(max_age_s=1.0, action=AbortOldest())
+    with wedge.expect_cleared(within_s=8.0, watchdogs=[watchdog], require_recovery=False) as check:
+        wedge.apply(StallAfterTokens("decode-0", tokens=3))
+        wedge.harness(agents=2, rounds=1, client_timeout_s=30)
+    row = check.watchdog_rows[0]
+    assert row["fired"] and row["outcome"].startswith("done: aborted harness-"), row
+    aborted = [r for r in wedge.ledger.by_origin("harness") if r.state == "aborted"]
+    assert aborted and all(r.error == "aborted by a watchdog" for r in aborted)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
+import typing
 from typing import Any
 
 import pytest
 
 import pytest_wedge.faults as faults
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, FieldTypeError
 from pytest_wedge.faults import (
     FAULT_REGISTRY,
     DecodeOnlyRestart,
@@ -19,12 +20,16 @@ from pytest_wedge.faults import (
     EngineFault,
     ErrorStatus,
     Fault,
+    FaultNotApplied,
     FaultSet,
     Latency,
     Pause,
     ScheduledFaultError,
+    StallAfterTokens,
     register,
 )
+from pytest_wedge.reference.introspect import type_text
+from pytest_wedge.scenarios.catalog import WATCHDOGS
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.stubs.engine_faults import KINDS, parse_fault
 
@@ -87,6 +92,57 @@ def test_every_registered_fault_has_one_target_field_first() -> None:
         assert "target" in inspect.signature(cls).parameters, name
 
 
+# -- field types: checked by the constructors, from the annotations -------------------------
+
+
+def _valid_arguments(factory: Any) -> dict[str, Any]:
+    """Values for the required parameters, of their annotated types."""
+    samples = {"int": 1, "float": 1.0, "str": "decode-0", "Sequence[str]": ["true"]}
+    hints = typing.get_type_hints(factory)
+    return {
+        name: samples[type_text(hints[name])]
+        for name, param in inspect.signature(factory).parameters.items()
+        if param.default is param.empty
+    }
+
+
+FIELDS = [
+    (cls, name)
+    for cls in sorted(FAULT_REGISTRY.values(), key=lambda c: c.__name__)
+    for name in inspect.signature(cls).parameters
+]
+
+
+@pytest.mark.parametrize(("cls", "field"), FIELDS, ids=lambda x: getattr(x, "__name__", x))
+def test_every_fault_field_refuses_a_value_of_the_wrong_type(cls: type[Fault], field: str) -> None:
+    cls(**_valid_arguments(cls))  # the right types pass
+    with pytest.raises(TypeError, match=rf"Bad {cls.__name__} field {field}: expected .*, got"):
+        cls(**{**_valid_arguments(cls), field: object()})
+
+
+def test_a_wrong_type_names_the_field_what_was_expected_and_what_was_found() -> None:
+    with pytest.raises(FieldTypeError) as info:
+        StallAfterTokens("decode-0", tokens="five")  # type: ignore[arg-type]
+    assert (info.value.field, info.value.expected, info.value.found) == (
+        "tokens",
+        "an integer",
+        "five",
+    )
+    assert str(info.value) == "Bad StallAfterTokens field tokens: expected an integer, got 'five'"
+    with pytest.raises(TypeError, match="field latency_ms: expected an integer, got True"):
+        Latency("router->decode-0", latency_ms=True)  # a bool is not a number here
+
+
+@pytest.mark.parametrize("name", sorted(WATCHDOGS))
+def test_every_watchdog_argument_refuses_a_value_of_the_wrong_type(name: str) -> None:
+    factory = WATCHDOGS[name]
+    valid = _valid_arguments(factory)
+    factory(**valid)
+    for param in inspect.signature(factory).parameters:
+        with pytest.raises(TypeError, match=rf"Bad {name}.* {param}: expected .*, got"):
+            factory(**{**valid, param: object()})
+
+
 # -- the registry ------------------------------------------------------------------------------
 
 
@@ -133,15 +189,18 @@ def test_equal_faults_get_their_own_toxic_and_stub_names() -> None:
 
 class _Toxiproxy:
     def __init__(self) -> None:
-        self.toxics: dict[str, set[str]] = {}
+        self.held: dict[str, set[str]] = {}
 
     def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
-        names = self.toxics.setdefault(proxy, set())
+        names = self.held.setdefault(proxy, set())
         assert toxic["name"] not in names, "Toxiproxy answers 409"
         names.add(toxic["name"])
 
     def remove_toxic(self, proxy: str, name: str) -> None:
-        self.toxics.get(proxy, set()).discard(name)
+        self.held.get(proxy, set()).discard(name)
+
+    def toxics(self, proxy: str) -> list[dict[str, Any]]:
+        return [{"name": name} for name in sorted(self.held.get(proxy, set()))]
 
 
 class _Link:
@@ -167,11 +226,28 @@ def test_two_latency_toxics_on_one_link_both_apply_and_revert_alone() -> None:
     fault_set = FaultSet(topology)  # type: ignore[arg-type]
     first = fault_set.apply(Latency("client->router", latency_ms=5))
     second = fault_set.apply(Latency("client->router", latency_ms=5))
-    applied = topology.toxiproxy.toxics[_Link.proxy]
+    applied = topology.toxiproxy.held[_Link.proxy]
     assert applied == {first.toxic_name, second.toxic_name}  # type: ignore[attr-defined]
     fault_set.revert(first)
     assert applied == {second.toxic_name}  # type: ignore[attr-defined]
     assert fault_set.active_faults() == [second]
+    assert fault_set.windows[1].verified == "Toxiproxy lists latency downstream on client->router"
+
+
+def test_a_toxic_toxiproxy_does_not_list_fails_at_once_naming_what_was_seen() -> None:
+    class _Forgetful(_Toxiproxy):
+        def add_toxic(self, proxy: str, toxic: dict[str, Any]) -> None:
+            """Answers 200 and keeps nothing, as a proxy recreated under it would."""
+
+    topology = _Topology()
+    topology.toxiproxy = _Forgetful()
+    fault_set = FaultSet(topology)  # type: ignore[arg-type]
+    with pytest.raises(FaultNotApplied) as failure:
+        fault_set.apply(Latency("client->router", latency_ms=5))
+    text = str(failure.value)
+    assert "Latency on client->router did not take effect" in text
+    assert "expected: Toxiproxy lists the toxic wedge_latency_downstream_" in text
+    assert f"seen: {_Link.proxy} lists no toxics" in text
 
 
 # -- DecodeOnlyRestart: the wedged transfers come from the topology ----------------------------
@@ -250,7 +326,7 @@ def test_a_fault_scheduled_at_0_s_is_applied_before_schedule_returns() -> None:
     fault_set = FaultSet(topology)  # type: ignore[arg-type]
     fault_set.schedule(Latency("client->router", latency_ms=5), at_s=0, for_s=3600)
     assert [type(f).__name__ for f in fault_set.active_faults()] == ["Latency"]
-    assert topology.toxiproxy.toxics
+    assert topology.toxiproxy.held
     with pytest.raises(ConfigError, match="decoder-9"):
         fault_set.schedule(_Broken("decoder-9"), at_s=0)
     assert fault_set.revert_all() == []
@@ -262,4 +338,4 @@ def test_revert_all_cancels_what_is_still_due() -> None:
     fault_set.schedule(Latency("client->router", latency_ms=5), at_s=3600)
     assert fault_set.revert_all() == []
     assert fault_set.wait_scheduled(timeout_s=10)
-    assert topology.toxiproxy.toxics == {} and fault_set.active_faults() == []
+    assert topology.toxiproxy.held == {} and fault_set.active_faults() == []

@@ -1,0 +1,131 @@
+"""Kubernetes probes as watchdogs on a live topology: a liveness probe on /health never sees a
+stalled engine, one on /health_generate restarts a decode that was fine, and the kubelet's
+restart, readiness and startup semantics act on the real components."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_wedge.faults import Pause
+from pytest_wedge.scenarios.catalog import catalog
+from pytest_wedge.scenarios.runner import run_scenario
+from pytest_wedge.waiting import wait_for
+from pytest_wedge.watchdogs import FalsePositiveError, KubernetesProbes
+
+pytestmark = pytest.mark.timeout(120)
+CATALOG = {s.name: s for s in catalog()}
+NEVER_FIRES = CATALOG["liveness-on-health-never-fires-while-decode-is-wedged"]
+KILLS_HEALTHY = CATALOG["liveness-on-health-generate-kills-a-healthy-decode"]
+
+
+def liveness(path: str, **fields: int) -> dict[str, Any]:
+    probe = {"httpGet": {"path": path, "port": "http"}, "periodSeconds": 1, **fields}
+    return {"name": "decode", "livenessProbe": probe}
+
+
+def test_liveness_on_health_never_fires_and_the_report_says_it_would_never_restart(
+    wedge_factory: Any,
+) -> None:
+    wedge = wedge_factory(stub=NEVER_FIRES.spec.stub)
+    result = run_scenario(wedge, NEVER_FIRES)  # located at decode-0, not cleared, never fired
+    assert result.check is not None
+    (row,) = result.check.watchdog_rows
+    assert row["fired"] is False and row["case"] == "never saw the signal", row
+    assert result.not_cleared is not None
+    assert "never fired: it watches decode-0's liveness probe GET /health" in result.not_cleared
+    assert "the kubelet never restarts decode-0" in result.not_cleared
+    # Not vacuous: /health answered all along while every harness stream was stalled.
+    assert httpx.get(wedge.topology.worker_url("decode-0") + "/health").status_code == 200
+
+
+def test_liveness_on_health_generate_restarts_a_healthy_decode_and_names_the_cut_requests(
+    wedge_factory: Any,
+) -> None:
+    wedge = wedge_factory(stub=KILLS_HEALTHY.spec.stub)
+    before = wedge.topology.runtime.pid("decode-0")
+    stray = wedge.stray("decode-0", rate_per_s=20, max_requests=2, extra_body=_GONE_PREFILL)
+    wait_for(
+        lambda: wedge.stub("decode-0").state()["prealloc_slots"]["orphaned"] == 2,
+        timeout_s=10,
+        what="the two transfers whose prefill is gone to hold their decode slots",
+    )
+    assert stray.wait(5)
+    dog = KubernetesProbes("decode-0", liveness("/health_generate", failureThreshold=2))
+    with pytest.raises(FalsePositiveError) as failure:  # noqa: SIM117 - the block starts the load
+        with wedge.expect_quiet(within_s=20, watchdogs=[dog]):
+            wedge.harness(agents=2, rounds=1, max_tokens=60)
+    text = failure.value.render()
+    assert failure.value.headline.startswith("false positive: kubelet probes of decode-0")
+    assert "restarts decode-0 on a failed probe, cutting every request it was serving" in text
+    cut = [r for r in wedge.ledger.by_origin("harness") if r.state != "ok"]
+    assert len(cut) == 2 and all(r.tokens > 0 for r in cut), cut  # they were streaming
+    for record in cut:
+        assert record.request_id in text, text
+    (firing,) = dog.firings(wedge)
+    assert "/health_generate on decode-0 failed 2 times in a row" in firing.detail
+    assert firing.outcome.startswith("done: restarted decode-0 after a liveness failure")
+    assert wedge.topology.runtime.pid("decode-0") != before
+
+
+_GONE_PREFILL = {"bootstrap_host": "127.0.0.1", "bootstrap_port": 1, "bootstrap_room": 7}
+
+
+def test_liveness_restarts_a_paused_decode_through_a_graceful_stop(wedge: Any) -> None:
+    before = wedge.topology.runtime.pid("decode-0")
+    dog = KubernetesProbes("decode-0", liveness("/health", failureThreshold=2))
+    with wedge.expect_cleared(within_s=8, watchdogs=[dog], require_recovery=False) as check:
+        wedge.apply(Pause("decode-0"))
+        wedge.harness(agents=4, rounds=1)
+    (row,) = check.watchdog_rows
+    assert row["case"] == "cleared" and row["fired"], row
+    assert row["action_started"] >= row["first_at"]  # decided first, then restarted
+    assert 2.0 <= row["first_at"] - check.onset <= 5.0, row
+    assert (
+        "(SIGTERM, SIGKILL after the runtime's grace; the spec's grace is 30 s)" in (row["outcome"])
+    )
+    assert wedge.topology.runtime.pid("decode-0") not in (None, before)
+
+
+def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(
+    wedge: Any, tmp_path: Path
+) -> None:
+    spec = tmp_path / "pod.yaml"
+    spec.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: decode}\nspec:\n  containers:\n"
+        "  - name: decode\n    image: engine\n"
+        "    startupProbe: {tcpSocket: {port: 8000}, periodSeconds: 1}\n"
+        "    readinessProbe:\n      periodSeconds: 1\n      failureThreshold: 2\n"
+        '      exec: {command: [sh, -c, "test -z \\"$WEDGE_DECODE_0_URL\\" "]}\n'
+    )
+    before = wedge.topology.runtime.pid("decode-0")
+    dog = KubernetesProbes("decode-0", spec)
+    dog.arm(wedge)
+    try:
+        wait_for(lambda: dog.firings(wedge), timeout_s=10, what="the readiness probe to fail")
+    finally:
+        dog.disarm(wedge)
+    (firing,) = dog.firings(wedge)
+    assert "readiness probe exec sh -c" in firing.detail
+    assert "the kubelet marks it not ready" in firing.detail
+    assert wedge.topology.runtime.pid("decode-0") == before
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.usefixtures("docker_up")
+def test_both_probe_scenarios_hold_on_docker_where_the_restart_is_the_containers(
+    wedge_factory: Any,
+) -> None:
+    wedge = wedge_factory(stub=KILLS_HEALTHY.spec.stub, runtime="docker")
+    before = wedge.topology.runtime.pid("decode-0")
+    run_scenario(wedge, KILLS_HEALTHY)  # the kubelet fired, cut the harness: a false positive
+    (armed,) = KILLS_HEALTHY.watchdogs
+    (firing,) = armed.watchdog.firings(wedge)
+    assert firing.outcome.startswith("done: restarted decode-0 after a liveness failure"), firing
+    assert wedge.topology.runtime.pid("decode-0") != before  # a new container's process
+    wedge = wedge_factory(stub=NEVER_FIRES.spec.stub, runtime="docker")
+    result = run_scenario(wedge, NEVER_FIRES)
+    assert result.check is not None and result.check.watchdog_rows[0]["fired"] is False
