@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
@@ -46,6 +47,21 @@ class WedgeError(Exception):
 
 class ConfigError(WedgeError):
     """A bad setting, marker argument or scenario file. The plugin turns it into a UsageError."""
+
+
+class FieldTypeError(ConfigError, TypeError):
+    """A value of the wrong type for a field or parameter, checked against its annotation.
+    ``field``, ``expected`` and ``found`` let a scenario file name its own key."""
+
+    def __init__(self, owner: str, field: str, expected: str, found: object) -> None:
+        self.field, self.expected, self.found = field, expected, found
+        super().__init__(f"Bad {owner} {field}: expected {expected}, got {found!r}")
+
+
+def close_match(name: str, known: Iterable[str]) -> str | None:
+    """The known name ``name`` is most likely a typo of, if any is close enough."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class MissingBinaryError(ConfigError):

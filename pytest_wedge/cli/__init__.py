@@ -1,4 +1,5 @@
-"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up``, ``doctor`` and ``reference``."""
+"""The ``pytest-wedge`` command: ``install-toxiproxy``, ``up``, ``doctor``, ``docs`` and
+``reference``."""
 
 from __future__ import annotations
 
@@ -148,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
 
+    docs = commands.add_parser(
+        "docs",
+        help="list the user docs, or print one (they ship with the package)",
+        description="Without NAME, list the docs; with it, print that page's Markdown: "
+        "`pytest-wedge docs writing-a-hang-test`, `pytest-wedge docs reference/faults`.",
+    )
+    docs.add_argument("name", nargs="?", default=None, metavar="NAME", help="the page to print")
+
     reference = commands.add_parser(
         "reference",
         help="write the reference pages (faults, load options, ledger, metrics)",
@@ -186,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pytest_wedge.cli.up import run_up
 
             return run_up(args)
+        if args.command == "docs":
+            from pytest_wedge.cli.docs import run_docs
+
+            return run_docs(args.name)
         if args.command == "reference":
             from pytest_wedge.cli.reference import run_reference
 

@@ -52,6 +52,15 @@ def check_packages() -> Check:
     return Check("packages", "ok", ", ".join(found))
 
 
+def check_xdist() -> Check:
+    """pytest-xdist, for ``-n``: a dependency, so missing means a broken or partial install."""
+    version = package_version("pytest-xdist")
+    if version is None:
+        fix = "pip install 'pytest-xdist>=3.5' (or reinstall pytest-wedge, which depends on it)"
+        return Check("xdist", "--", f"not installed, so `pytest -n N` fails. To fix this: {fix}")
+    return Check("xdist", "ok", f"pytest-xdist {version} (`pytest -n N` runs N workers)")
+
+
 def check_toxiproxy(explicit: str | None, rootdir: Path) -> Check:
     try:
         found = locate_toxiproxy(explicit, source="--toxiproxy", rootdir=rootdir)
@@ -164,6 +173,7 @@ def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout, router: str = "s
         check_python(),
         check_packages(),
         check_plugin(),
+        check_xdist(),
         check_toxiproxy(toxiproxy, Path.cwd()),
         *check_routers(router),
         check_go(),

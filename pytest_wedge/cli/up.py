@@ -10,12 +10,19 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.plugin.run_folders import make_run_dir, release_run_dir
 from pytest_wedge.runtime.binaries import locate_toxiproxy
 from pytest_wedge.spec.marker_args import wedge
 from pytest_wedge.topology.what_ran import ComponentDescription, describe_components, not_proxied
+
+if TYPE_CHECKING:
+    from pytest_wedge.spec.topology import TopologySpec
+    from pytest_wedge.topology.session import WedgeSession
+
+KEEP_RUNS = 3  # as pytest's --wedge-keep-runs default
 
 
 class Stop(BaseException):
@@ -117,13 +124,28 @@ def run_up(args: Any, out: TextIO = sys.stdout, wait: Callable[[], None] = signa
     if runtime not in ("process", "docker"):
         raise ConfigError(f"Unknown runtime {runtime!r}", fix="use --runtime process or docker")
     found = locate_toxiproxy(args.toxiproxy, source="--toxiproxy", rootdir=Path.cwd())
-    session = WedgeSession(
-        runtime=runtime,
-        artifacts_dir=args.artifacts,
-        toxiproxy_binary=found.path,
-        ready_timeout_s=args.ready_timeout,
-    )
-    spec = parsed.spec
+    # One run-N folder, as a pytest run gets: the rotation keeps the newest runs of both.
+    run_dir = make_run_dir(args.artifacts, keep=KEEP_RUNS)
+    try:
+        session = WedgeSession(
+            runtime=runtime,
+            artifacts_dir=run_dir,
+            toxiproxy_binary=found.path,
+            ready_timeout_s=args.ready_timeout,
+        )
+        return _serve(session, parsed.spec, runtime, args, out, wait)
+    finally:
+        release_run_dir(args.artifacts)
+
+
+def _serve(
+    session: WedgeSession,
+    spec: TopologySpec,
+    runtime: str,
+    args: Any,
+    out: TextIO,
+    wait: Callable[[], None],
+) -> int:
     status = sys.stderr if args.json else out  # with --json, stdout carries the JSON alone
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import secrets
 import threading
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -27,6 +28,13 @@ from pytest_wedge.load.exchange import (
 
 _load_numbers = itertools.count()
 ClientKind = Literal["auto", "aiohttp", "httpx"]
+
+
+def prompt_seed(seed: int | None, origin: str, run_id: str) -> int:
+    """``seed``, or by default one of the load's own, from its origin and run id: concurrent
+    loads (two harness groups, a harness and a stray) send different prompts, and the same
+    ``run_id`` and origin send the same prompts again."""
+    return seed if seed is not None else zlib.crc32(f"{origin}-{run_id}".encode())
 
 
 class BackgroundLoad(ABC):

@@ -12,7 +12,7 @@ from typing import Any
 
 from faker import Faker
 
-from pytest_wedge.load.background import BackgroundLoad, ClientKind
+from pytest_wedge.load.background import BackgroundLoad, ClientKind, prompt_seed
 from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
 
@@ -77,7 +77,7 @@ class Harness(BackgroundLoad):
         agents: int = 30,
         rounds: int = 3,
         origin: str = "harness",
-        seed: int = 0,
+        seed: int | None = None,
         max_tokens: int = 16,
         client_timeout_s: float | None = 30.0,
         retries: int = 0,
@@ -116,7 +116,7 @@ class Harness(BackgroundLoad):
             )
         self.agents = agents
         self.rounds = rounds
-        self.seed = seed
+        self.seed = prompt_seed(seed, self.origin, self.run_id)
         self.retries = retries
         self.stream = stream
         self.leak_streams = leak_streams

@@ -32,7 +32,8 @@ OPTION_MEANINGS: Mapping[str, str] = MappingProxyType(
         "client": "The HTTP client: `auto` (aiohttp, or httpx when `max_connections` or "
         "`pool_timeout_s` is set), `aiohttp` or `httpx`.",
         "stream": "Ask for a streamed (SSE) response.",
-        "seed": "Seeds the prompts (Faker): the same seed sends the same prompts.",
+        "seed": "Seeds the prompts (Faker): the same seed sends the same prompts. Default: one "
+        "of the load's own, from its origin and run id, so concurrent loads differ.",
         "max_connections": "Bound the client pool to this many connections (picks httpx). A request "
         "beyond it waits for a connection and is never sent. None: unbounded.",
         "pool_timeout_s": "How long a request may wait for a pooled connection (picks httpx). "

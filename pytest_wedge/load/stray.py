@@ -10,7 +10,7 @@ from typing import Any
 
 from faker import Faker
 
-from pytest_wedge.load.background import BackgroundLoad, ClientKind
+from pytest_wedge.load.background import BackgroundLoad, ClientKind, prompt_seed
 from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 from pytest_wedge.load.exchange import ChatClient
 
@@ -34,7 +34,7 @@ class StrayRequester(BackgroundLoad):
         max_duration_s: float = 120.0,
         stream: bool = True,
         ledger: ClientLedger | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         max_concurrency: int = 64,
         client_timeout_s: float | None = 30.0,
         model: str = "stub-model",
@@ -64,7 +64,7 @@ class StrayRequester(BackgroundLoad):
         self.rate_per_s = rate_per_s
         self.max_requests = max_requests
         self.stream = stream
-        self.seed = seed
+        self.seed = prompt_seed(seed, self.origin, self.run_id)
         self.max_concurrency = max_concurrency
 
     async def _run(self, client: ChatClient) -> None:

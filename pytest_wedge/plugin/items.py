@@ -1,22 +1,23 @@
 """``--wedge-scenarios``: the catalog as test items under one virtual collector, so a node id
-is ``wedge-scenarios::NAME`` wherever the package is installed.
+is ``wedge-scenarios::NAME`` wherever the package is installed. A scenario file that does not
+load is one failing item of its own, ``wedge-scenarios::FILE.toml``; the others still run.
 """
 
 from __future__ import annotations
 
-import difflib
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_wedge.errors import ConfigError, WedgeError
+from pytest_wedge.errors import ConfigError, WedgeError, close_match
 from pytest_wedge.plugin.console import open_with_progress
 from pytest_wedge.plugin.state import close_handles, resolve_from
 
 if TYPE_CHECKING:
-    from pytest_wedge.scenarios.catalog import Scenario
+    from pytest_wedge.scenarios.catalog import BadScenario, Scenario
 
 CATALOG_NODE = "wedge-scenarios"
 
@@ -24,12 +25,7 @@ CATALOG_NODE = "wedge-scenarios"
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
     """``"NAME (for TYPO); ..."``: the closest known name for each unknown one, if any."""
     known = sorted(known)
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        if close:
-            hints.append(f"{close[0]} (for {name})")
-    return "; ".join(hints)
+    return "; ".join(f"{close} (for {n})" for n in unknown if (close := close_match(n, known)))
 
 
 class ScenarioSelection:
@@ -37,16 +33,14 @@ class ScenarioSelection:
     once per process."""
 
     def __init__(self, value: str, directories: Sequence[Path], source: str = "") -> None:
-        from pytest_wedge.scenarios.catalog import catalog
+        from pytest_wedge.scenarios.catalog import read_catalog
 
         self.value = value
-        try:
-            self.all = catalog(directories)
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+        self.all, bad = read_catalog(directories)
         names = [n.strip() for n in value.split(",") if n.strip()]
         wanted = None if {"all", "list"} & set(names) or not names else names
-        known = {s.name for s in self.all}
+        known = {s.name for s in self.all} | {b.path.name for b in bad}
+        known |= {b.name for b in bad if b.name}
         unknown = [n for n in dict.fromkeys(wanted or ()) if n not in known]
         if unknown:
             facts = {"from": source or "--wedge-scenarios"}
@@ -58,11 +52,18 @@ class ScenarioSelection:
             error = ConfigError(f"Unknown scenario(s): {', '.join(unknown)}", facts=facts, fix=fix)
             raise pytest.UsageError(str(error))
         self.selected = [s for s in self.all if wanted is None or s.name in wanted]
+        # A bad file whose name cannot be read may be the one asked for: it is reported too.
+        self.bad = [
+            b for b in bad if wanted is None or b.name is None or {b.name, b.path.name} & {*wanted}
+        ]
 
     def listing(self) -> str:
         width = max((len(s.name) for s in self.all), default=0)
         lines = [f"{len(self.all)} wedge scenarios:"]
         lines += [f"  {s.name.ljust(width)}  {s.summary}" for s in self.all]
+        if self.bad:
+            lines.append(f"{len(self.bad)} scenario files that do not load (each fails its run):")
+            lines += [f"  {b.path}: {b.error.headline}" for b in self.bad]
         return "\n".join(lines)
 
 
@@ -75,6 +76,32 @@ class ScenarioCatalog(pytest.Collector):
             item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
             item.add_marker(pytest.mark.timeout(scenario.timeout_s))
             yield item
+        for bad in selection.bad:
+            yield BadScenarioItem.from_parent(self, name=bad.path.name, bad=bad)
+
+
+def _our_failure(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+    """Our errors explain themselves: their text alone, no internal traceback."""
+    if isinstance(excinfo.value, WedgeError) and not item.config.getoption("fulltrace"):
+        return str(excinfo.value)
+    return None
+
+
+class BadScenarioItem(pytest.Item):
+    """A scenario file that did not load: it fails with what is wrong and where."""
+
+    def __init__(self, *, bad: BadScenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bad = bad
+
+    def runtest(self) -> None:
+        raise self.bad.error
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        return _our_failure(self, excinfo) or super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.bad.path, 0, f"scenario file {self.bad.path}"
 
 
 class ScenarioItem(pytest.Item):
@@ -84,8 +111,9 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from pytest_wedge.plugin.state import plugin_of
+        from pytest_wedge.plugin.summary import ROW_PROPERTY, scenario_row
         from pytest_wedge.scenarios.per_router import for_router
-        from pytest_wedge.scenarios.runner import run_scenario
+        from pytest_wedge.scenarios.runner import ORIGIN, run_scenario
 
         self.scenario = for_router(self.scenario, plugin_of(self.config).value("wedge_router"))
         spec, runtime = self.scenario.spec, self.scenario.runtime
@@ -102,14 +130,14 @@ class ScenarioItem(pytest.Item):
             self.user_properties.append(
                 ("wedge_time_to_clear_s", f"{result.check.time_to_clear_s:.3f}")
             )
+        row = scenario_row(self.scenario.name, handle, result, ORIGIN)
+        self.user_properties.append((ROW_PROPERTY, json.dumps(row, default=str)))
 
     def teardown(self) -> None:
         close_handles(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, WedgeError):
-            return str(excinfo.value)  # our errors explain themselves; no internal traceback
-        return super().repr_failure(excinfo)
+        return _our_failure(self, excinfo) or super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.scenario.path, 0, f"scenario {self.scenario.name}: {self.scenario.summary}"
@@ -159,10 +187,22 @@ def configure(config: pytest.Config) -> None:
     if selection is None:
         return
     config.stash[SELECTION_KEY] = selection
+    _print_catalog_ids_as_they_are(config)
     if resolve_from(config, "wedge_scenarios").source == "ini file" and not ids:
         return  # the catalog joins pytest's default run: its testpaths, or this directory
     # From the command line: with other test paths, run both; without, only the catalog.
     config.args[:] = rest if explicit else []
+
+
+def _print_catalog_ids_as_they_are(config: pytest.Config) -> None:
+    """pytest prints a node id relative to the working directory (``../wedge-scenarios::NAME``
+    from ``tests/``); the catalog's node is no file, so its ids are printed unchanged."""
+    relative = config.cwd_relative_nodeid
+
+    def printed(nodeid: Any) -> Any:
+        return nodeid if str(nodeid).partition("::")[0] == CATALOG_NODE else relative(nodeid)
+
+    config.cwd_relative_nodeid = printed  # type: ignore[method-assign]
 
 
 def add_catalog(collector: pytest.Collector, report: pytest.CollectReport) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, close_match
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "wedge_artifacts",
             "Directory for wedge reports, ledgers, logs and timelines: one run-N folder per "
-            "run (latest links to the newest), one folder per test inside it.",
+            "run (latest links to the newest), one folder per test inside it. A relative path "
+            "is relative to the rootdir (an ini value: to the ini file's folder), never to the "
+            "working directory.",
             ".wedge-artifacts",
         ),
         Setting(
@@ -113,7 +116,9 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "wedge_ready_timeout",
-            "Seconds a topology may take from start to ready before the start fails.",
+            "Seconds a topology may take from start to ready before the start fails. A url "
+            "worker that refuses every connection fails after 3 s, unless this is above 30 "
+            "(then it is waited on for all of it, as a worker started alongside the run).",
             30.0,
         ),
     )
@@ -124,6 +129,7 @@ SETTINGS: dict[str, Setting] = {
 class Resolved:
     value: Any
     source: str  # "marker", "command line", "environment (VAR)", "ini file", "default"
+    given: Any = None  # the value as given, when ``value`` was anchored (a relative path)
 
 
 def _coerce(setting: Setting, raw: Any, source: str) -> Any:
@@ -157,10 +163,15 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
         ) from exc
     text = str(raw)
     if setting.choices and text not in setting.choices:
+        guess = close_match(text, setting.choices)
         raise ConfigError(
             f"Bad value for {setting.name}: {text!r}",
-            facts={"from": source, "expected one of": ", ".join(setting.choices)},
-            fix=f"use {setting.option}={setting.choices[0]} or one of the values above",
+            facts={
+                "from": source,
+                "expected one of": ", ".join(setting.choices),
+                **({"did you mean": guess} if guess else {}),
+            },
+            fix=f"use {setting.option}={guess or setting.choices[0]} or one of the values above",
         )
     return text
 
@@ -185,3 +196,13 @@ def resolve(
         if raw is not None:
             return Resolved(_coerce(setting, raw, source), source)
     return Resolved(setting.default, "default")
+
+
+def anchored(setting: Resolved, *, rootdir: Path, inifile: Path | None) -> Resolved:
+    """A directory setting as an absolute path: relative to the ini file's folder for an ini
+    value, else to the rootdir, so that ``cd tests && pytest`` writes where CI looks."""
+    path = Path(setting.value).expanduser()
+    if not path.is_absolute():
+        base = inifile.parent if setting.source == "ini file" and inifile else rootdir
+        path = base / path
+    return Resolved(str(path), setting.source, given=setting.value)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_wedge.errors import ConfigError, WedgeError
-from pytest_wedge.plugin.settings import SETTINGS, Resolved, resolve
+from pytest_wedge.plugin.settings import SETTINGS, Resolved, anchored, resolve
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
@@ -41,6 +41,9 @@ class WedgePlugin:
             self.settings = {name: resolve_from(config, name) for name in SETTINGS}
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from exc
+        self.settings["wedge_artifacts"] = anchored(
+            self.settings["wedge_artifacts"], rootdir=config.rootpath, inifile=config.inipath
+        )
 
     def value(self, name: str) -> Any:
         return self.settings[name].value
@@ -83,8 +86,8 @@ class WedgePlugin:
     def _unwritable(self, what: str, exc: OSError) -> ConfigError:
         setting = self.settings["wedge_artifacts"]
         return ConfigError(
-            f"Cannot create {what} {setting.value!r}",
-            facts={"from": setting.source, "error": exc},
+            f"Cannot create {what} {setting.given!r}",
+            facts={"from": setting.source, "resolved to": setting.value, "error": exc},
             fix="pass --wedge-artifacts=DIR (or ini wedge_artifacts) naming a directory "
             "this user can create and write",
         )
@@ -186,7 +189,8 @@ def marker_args(
         if parsed.runtime is not None:
             resolve_from(item.config, "wedge_runtime", marker=parsed.runtime)
     except ConfigError as exc:
-        pytest.fail(f"{item.nodeid}: bad {what}\n{exc}", pytrace=False)
+        # from None: our own frames and the error's chain would print it a second time
+        raise pytest.fail.Exception(f"{item.nodeid}: bad {what}\n{exc}", pytrace=False) from None
     return parsed
 
 

@@ -21,16 +21,26 @@ class RouterSpec:
     """How the router starts. ``RouterSpec()`` is the built-in smg."""
 
     kind: str = "smg"
-    command: tuple[str, ...] = ()  # an argv template (routers/template.py)
+    """``smg``, ``sglang-router``, ``vllm-router``, ``command`` (a template) or ``url``."""
+    command: tuple[str, ...] = ()
+    """``command``: the argv template, a list or one string (placeholders below)."""
     url: str | None = None
+    """``url``: where the running router listens, ``http://127.0.0.1:PORT``."""
     metrics_url: str | None = None
-    # url: the worker ports the running router was started with, which become the listen
-    # sides of the router->worker links, so its traffic crosses Toxiproxy.
+    """``url``: where it serves its Prometheus metrics, ``http://127.0.0.1:PORT/metrics``."""
+    # The worker ports a url router was started with become the listen sides of the
+    # router->worker links, so its traffic crosses Toxiproxy.
     prefill_listen: tuple[int, ...] = ()
+    """``url``: the prefill ports it was started with, one per prefill."""
     decode_listen: tuple[int, ...] = ()
+    """``url``: the decode ports it was started with, one per decode."""
     bootstrap_ports: tuple[int, ...] = ()
+    """``url``: the bootstrap port it was given for each prefill."""
     like: str = "smg"
-    ready_path: str | None = None  # default: the adapter's (``/readiness`` for all three)
+    """The built-in a ``command`` or ``url`` router behaves like: its metric names, readiness
+    path and how the origin survives."""
+    ready_path: str | None = None
+    """The readiness path; default: the adapter's (``/readiness`` for all three)."""
 
     def __post_init__(self) -> None:
         fix = (

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, close_match
 
 LISTS = ("prefill_urls", "decode_urls", "bootstrap_ports")
 SCALARS = ("host", "port", "metrics_port", "prefill_url", "decode_url", "bootstrap_port", "python")
@@ -103,9 +103,9 @@ def check_kind(
 ) -> None:
     """``kind`` is known; a ``command`` kind has its template, and only that kind has one."""
     if kind not in known:
-        raise ConfigError(
-            f"Unknown {what} kind {kind!r}", facts={"known kinds": ", ".join(known)}, fix=fix
-        )
+        guess = close_match(str(kind), known)
+        facts = {"known kinds": ", ".join(known), **({"did you mean": guess} if guess else {})}
+        raise ConfigError(f"Unknown {what} kind {kind!r}", facts=facts, fix=fix)
     if kind == "command" and not command:
         raise ConfigError(f"A command {what} needs its command template", fix=f"pass {example}")
     if kind != "command" and command:
@@ -192,7 +192,8 @@ def render(
 
 def render_template(template: Sequence[str], values: TemplateValues) -> list[str]:
     check_template(template)
-    return render(template, values.scalars(), values.lists(), "router")
+    # ``[*]`` repeats an argument once per prefill here too, as in a worker's template.
+    return render(template, values.scalars(), values.lists(), "router", len(values.prefill_urls))
 
 
 def render_worker_template(template: Sequence[str], values: WorkerValues) -> list[str]:

@@ -21,6 +21,18 @@ from pytest_wedge.errors import MissingBinaryError
 TOXIPROXY_VERSION = "2.12.0"
 BINARY = "toxiproxy-server"
 ENV_VAR = "PYTEST_WEDGE_TOXIPROXY"
+VENV_BIN, ROOTDIR_BIN = "the venv's bin/", "the rootdir's bin/"
+# Where toxiproxy-server is looked for, first to last, in the words of the README and the docs
+# (tests/unit/test_toxiproxy_discovery.py holds them and locate_toxiproxy to this).
+DISCOVERY_ORDER = (
+    "--wedge-toxiproxy",
+    ENV_VAR,
+    "the ini wedge_toxiproxy",
+    VENV_BIN,
+    ROOTDIR_BIN,
+    "$GOBIN",
+    "PATH",
+)
 INSTALL_HINT = (
     "run `pytest-wedge install-toxiproxy` (it puts Toxiproxy v2.12.0 into this environment's "
     "bin/: built with `go install` when Go is on PATH, otherwise the release binary, checked "
@@ -64,14 +76,14 @@ def locate_toxiproxy(
     environ: Mapping[str, str] | None = None,
     prefix: str | None = None,
 ) -> FoundToxiproxy:
-    """Find toxiproxy-server by the discovery order, or raise MissingBinaryError.
+    """Find toxiproxy-server by ``DISCOVERY_ORDER``, or raise MissingBinaryError.
 
-    1. ``explicit``, a path given by ``source`` (the option, the environment or the ini file),
-       relative to ``base_dir`` (the ini file's directory for an ini value); a given path that
-       is not an executable is an error, never silently skipped;
+    1. ``explicit``, a path given by ``source`` (the option, the environment or the ini file,
+       in the precedence of settings), relative to ``base_dir`` (the ini file's directory for
+       an ini value); a given path that is not an executable is an error, never skipped;
     2. ``$PYTEST_WEDGE_TOXIPROXY`` (relative to the working directory);
     3. the venv's ``bin/`` (``sys.prefix``, where ``pytest-wedge install-toxiproxy`` puts it);
-    4. ``rootdir/bin/`` (where ``make install`` puts it);
+    4. ``rootdir/bin/`` (where a clone's ``make install`` puts it);
     5. ``$GOBIN``;
     6. ``PATH``.
     """
@@ -90,9 +102,9 @@ def locate_toxiproxy(
             facts={"given": explicit, "resolved to": path.absolute()},
             fix=hint,
         )
-    candidates = [(Path(prefix or sys.prefix) / "bin", "the venv's bin/")]
+    candidates = [(Path(prefix or sys.prefix) / "bin", VENV_BIN)]
     if rootdir is not None:
-        candidates.append((rootdir / "bin", "the rootdir's bin/"))
+        candidates.append((rootdir / "bin", ROOTDIR_BIN))
     if env.get("GOBIN"):
         candidates.append((Path(env["GOBIN"]), "$GOBIN"))
     tried: list[str] = []

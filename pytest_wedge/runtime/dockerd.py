@@ -14,7 +14,7 @@ FIX = (
     "run `make docker-up` and export the DOCKER_HOST line it prints (a private dockerd at "
     "unix:///tmp/pytest-wedge-docker/docker.sock), or point DOCKER_HOST at an engine "
     "(tcp://HOST:2376 with DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH holding ca.pem, cert.pem "
-    "and key.pem; see docs/scaling.md); or use --wedge-runtime=process"
+    "and key.pem; see `pytest-wedge docs scaling`); or use --wedge-runtime=process"
 )
 # What docker.from_env reads besides DOCKER_HOST: shown with every failure to connect.
 TLS_ENV = ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")

@@ -144,7 +144,7 @@ class Launcher:
                 raise MissingBinaryError(
                     f"Cannot start {component.name}: {component.argv[0]} not found",
                     facts={"command": " ".join(component.argv)},
-                    fix="run `make install` (it installs smg and toxiproxy-server)",
+                    fix="run `pytest-wedge doctor`: it says which program is missing and how to install it",
                 ) from exc
 
     def _spawn_piped(

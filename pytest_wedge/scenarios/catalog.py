@@ -1,5 +1,6 @@
 """The scenario catalog: declarative TOML files that map one to one onto the Python API.
-Every key is checked on load; a bad file is a ConfigError naming the file and the key.
+Every key is checked on load, its type too (by the constructors' own checks); a bad file is a
+ConfigError naming the file and the key, and only that file fails.
 """
 
 from __future__ import annotations
@@ -9,25 +10,32 @@ import inspect
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, FieldTypeError, close_match
 from pytest_wedge.faults.fault import Fault
 from pytest_wedge.faults.registry import FAULT_REGISTRY
 from pytest_wedge.load import Aborter, Harness, StrayRequester
 from pytest_wedge.scenarios.per_router import read_overrides
-from pytest_wedge.scenarios.schema import NUMBER, TableReader, matches_hint
+from pytest_wedge.scenarios.schema import TableReader
+from pytest_wedge.spec.component import check_values
 from pytest_wedge.spec.marker_args import parse_keywords
 from pytest_wedge.spec.topology import BOOKKEEPING_FIELDS, TopologySpec
 from pytest_wedge.watchdogs import (
+    AbortOldest,
     AggregateThroughputWatchdog,
     CommandWatchdog,
     CoRestartWatchdog,
+    EngineGaugeWatchdog,
     InflightPinWatchdog,
+    KubernetesProbes,
     NoProgressWatchdog,
+    OldestRequestWatchdog,
+    ProbeWatchdog,
     RequestTimeout,
+    RunCommand,
     StreamBodyStallTimeout,
     StubWatchdog,
     TransferTimeoutWatchdog,
@@ -64,9 +72,16 @@ WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
         AggregateThroughputWatchdog,
         CommandWatchdog,
         NoProgressWatchdog,
+        OldestRequestWatchdog,
+        EngineGaugeWatchdog,
+        ProbeWatchdog,
         StubWatchdog,  # any engine watchdog of the stubs, by its setting (bootstrap_timeout_s)
+        KubernetesProbes,
     )
 }
+# What a watchdog of a scenario file may do when it fires: ``action = { kind = "Restart",
+# target = "decode-0" }``. Every registered fault, and these actions that are not faults.
+ACTIONS: Mapping[str, Callable[..., Any]] = {"AbortOldest": AbortOldest, "RunCommand": RunCommand}
 
 
 @dataclass(frozen=True)
@@ -84,25 +99,54 @@ class ArmedWatchdog:
 
 @dataclass(frozen=True)
 class Expect:
+    """What a scenario checks: the ``[expect]`` table."""
+
     located_at: str
+    """The hop the diagnosis must name (``decode-0``, ``router->decode-0``), or ``none``."""
     red_herring: str | None = None
+    """A text one of the diagnosis's red-herring lines must contain (``stray-1``)."""
     cleared_within_s: float | None = None
+    """Arm the watchdogs and check that they clear the wedge within this budget; None: no
+    check."""
     clears: bool = True
+    """False: the clearing check must fail (a watchdog that must not be trusted)."""
     require_recovery: bool = True
+    """A new request of the origin must succeed after the clearing too."""
     nothing_lost: bool = True
+    """Every harness request has exactly one final state at the end."""
     overdue_after_s: float = 1.0
+    """When a pending request counts as wedged, in seconds after it was sent."""
     wedge_shows_within_s: float = 10.0
+    """How long to wait for the wedge to show before diagnosing."""
     finish_within_s: float = 30.0
+    """How long the harness may take to finish once the faults are lifted."""
     settle_within_s: float | None = None
-    # The healthy-edge check: None for a wedge scenario; True when the armed watchdogs must
-    # leave the healthy load alone; False when they must not (a false positive, shown on
-    # purpose), with ``false_positive`` a text the verdict must contain.
+    """In-flight counters must reach 0 within this, the faults still applied; None: off."""
     quiet: bool | None = None
+    """The healthy-edge check: None, a wedge scenario; True, the armed watchdogs must leave
+    healthy load alone; False, they must not (a false positive shown on purpose)."""
     false_positive: str | None = None
+    """With ``quiet = false``: a text the false-positive verdict must contain."""
     quiet_within_s: float = 30.0
-    # Executions counted (load/executions.py): True, no harness request id may run on more
-    # than one attempt; False, some must (a non-idempotent replay, shown on purpose).
+    """How long the healthy load of a ``quiet`` check may take to finish."""
     executed_once: bool | None = None
+    """True: no harness request id ran on more than one attempt; False: some must (a
+    non-idempotent replay shown on purpose); None: not counted."""
+
+
+# The top-level keys of a scenario file.
+TOP_KEYS = (
+    "name",
+    "summary",
+    "incident",
+    "timeout_s",
+    "topology",
+    "load",
+    "faults",
+    "watchdogs",
+    "expect",
+    "routers",
+)
 
 
 @dataclass(frozen=True)
@@ -124,20 +168,53 @@ class Scenario:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BadScenario:
+    """A scenario file that did not load: it fails on its own, and the others still run."""
+
+    path: Path
+    error: ConfigError
+    name: str | None  # its ``name`` key when readable: selecting that name selects this file
+
+
 def _build(reader: TableReader, registry: Mapping[str, Callable[..., Any]], what: str) -> Any:
     kind = reader.take("kind", str, expected=f"a {what} kind: {', '.join(sorted(registry))}")
     factory = registry.get(kind)
     if factory is None:
-        raise reader.fail("kind", f"one of {', '.join(sorted(registry))}", kind)
+        expected = f"one of {', '.join(sorted(registry))}"
+        raise reader.fail("kind", expected, kind, guess=close_match(kind, registry))
     kwargs = dict(reader.table)
     reader.table.clear()
+    _check_arguments(reader, factory, kind, kwargs)
     try:
         return factory(**kwargs)
+    except FieldTypeError as exc:  # the constructor's own type check, mapped onto the key
+        raise reader.fail(exc.field, exc.expected, exc.found) from exc
     except (TypeError, ConfigError) as exc:
         detail = exc.headline if isinstance(exc, ConfigError) else str(exc)
         raise reader.fail(
             next(iter(kwargs), "kind"), f"the arguments of {kind}{_signature(factory)}", detail
         ) from exc
+
+
+def _check_arguments(
+    reader: TableReader, factory: Callable[..., Any], kind: str, kwargs: Mapping[str, Any]
+) -> None:
+    """Each key is a parameter of the constructor, and each required one is there."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for key, value in kwargs.items():
+        if key not in params:
+            expected = f"the arguments of {kind}{_signature(factory)}"
+            raise reader.fail(key, expected, value, guess=close_match(key, params))
+    for name, param in params.items():
+        required = param.default is param.empty and param.kind is not param.VAR_POSITIONAL
+        if required and name not in kwargs:
+            raise reader.fail(name, f"a value ({kind} requires it)", "nothing")
 
 
 def _signature(factory: Callable[..., Any]) -> str:
@@ -152,17 +229,18 @@ def _load_options(reader: TableReader, cls: type, key: str) -> dict[str, Any]:
     table = reader.sub(key)
     hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
     allowed = {n for n in inspect.signature(cls).parameters if n not in ("base_url", "ledger")}
+    if cls is StrayRequester:  # a stray may bypass the router: "decode-0", "router", a URL
+        allowed.add("target")
+        hints["target"] = str
     for name, value in table.table.items():
-        if name == "target" and cls is StrayRequester:
-            # A stray may bypass the router: "decode-0", "router", or a URL.
-            if not isinstance(value, str):
-                raise table.fail(name, "a component name, 'router' or a URL", value)
-            continue
         if name not in allowed:
-            raise table.fail(name, f"one of {', '.join(sorted(allowed))}", value)
-        if name in hints and not matches_hint(value, hints[name]):
-            hint = getattr(hints[name], "__name__", str(hints[name]).replace("typing.", ""))
-            raise table.fail(name, f"{hint} ({cls.__name__} {name})", value)
+            expected = f"one of {', '.join(sorted(allowed))}"
+            raise table.fail(name, expected, value, guess=close_match(name, allowed))
+    try:
+        check_values(cls.__name__, table.table, hints)
+    except FieldTypeError as exc:
+        expected = f"{exc.expected} ({cls.__name__} {exc.field})"
+        raise table.fail(exc.field, expected, exc.found) from exc
     options = dict(table.table)
     table.table.clear()
     return options
@@ -171,28 +249,17 @@ def _load_options(reader: TableReader, cls: type, key: str) -> dict[str, Any]:
 def load_scenario(path: Path) -> Scenario:
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(
             f"Bad scenario file {path.name}: not valid TOML",
             facts={"file": path, "error": str(exc)},
             fix=f"fix the TOML syntax in {path}",
         ) from exc
-    top = TableReader(path, data, "").only(
-        "name",
-        "summary",
-        "incident",
-        "timeout_s",
-        "topology",
-        "load",
-        "faults",
-        "watchdogs",
-        "expect",
-        "routers",
-    )
+    top = TableReader(path, data, "").only(*TOP_KEYS)
     name = top.take("name", str)
     summary = top.take("summary", str)
     incident = top.take("incident", int, None)
-    timeout_s = float(top.take("timeout_s", NUMBER, 60.0))
+    timeout_s = float(top.take("timeout_s", float, 60.0))
     if timeout_s == 0:  # pytest-timeout reads 0 as "no timeout": a hang would never end
         raise top.fail("timeout_s", "a number of seconds > 0", 0)
     # The marker's keywords: TopologySpec's fields a user sets (not its bookkeeping).
@@ -201,12 +268,7 @@ def load_scenario(path: Path) -> Scenario:
     marker_kwargs = {key: topo.table.pop(key) for key in keys if key in topo.table}
     runtime = topo.take("runtime", str, None)
     topo.done()
-    try:
-        spec = parse_keywords((), marker_kwargs).spec
-    except ConfigError as exc:
-        raise topo.fail(
-            next(iter(marker_kwargs), "prefill"), "valid topology settings", exc.headline
-        ) from exc
+    spec = _topology_spec(topo, marker_kwargs)
     load = top.sub("load").only("warmup_requests", "harness", "stray", "aborter")
     warmup = load.take("warmup_requests", int, 1)
     harness = _load_options(load, Harness, "harness")
@@ -221,8 +283,8 @@ def load_scenario(path: Path) -> Scenario:
     load.done()
     scheduled = []
     for reader in top.entries("faults"):
-        at_s = float(reader.take("at_s", NUMBER, 0.0))
-        for_s = reader.take("for_s", NUMBER, None)
+        at_s = float(reader.take("at_s", float, 0.0))
+        for_s = reader.take("for_s", float, None)
         target_key = "target" if "target" in reader.table else "kind"
         fault = _build(reader, FAULTS, "fault")
         known = [*spec.component_names, *spec.link_names()]
@@ -235,22 +297,20 @@ def load_scenario(path: Path) -> Scenario:
         scheduled.append(ScheduledFault(fault, at_s, for_s))
     armed = [_armed(reader) for reader in top.entries("watchdogs")]
     per_router = read_overrides(top, _armed)
+    expect_types = typing.get_type_hints(Expect)  # [expect] and its overrides are typed by it
+    for kind, override in per_router.items():
+        try:
+            check_values("expect", override.expect, expect_types)
+        except FieldTypeError as exc:
+            raise top.fail(f"routers.{kind}.expect.{exc.field}", exc.expected, exc.found) from exc
     exp = top.sub("expect", required=True).only(*(f.name for f in fields(Expect)))
     expect = Expect(
-        located_at=exp.take("located_at", str),
-        red_herring=exp.take("red_herring", str, None),
-        cleared_within_s=exp.take("cleared_within_s", NUMBER, None),
-        clears=exp.take("clears", bool, True),
-        require_recovery=exp.take("require_recovery", bool, True),
-        nothing_lost=exp.take("nothing_lost", bool, True),
-        overdue_after_s=float(exp.take("overdue_after_s", NUMBER, 1.0)),
-        wedge_shows_within_s=float(exp.take("wedge_shows_within_s", NUMBER, 10.0)),
-        finish_within_s=float(exp.take("finish_within_s", NUMBER, 30.0)),
-        settle_within_s=exp.take("settle_within_s", NUMBER, None),
-        quiet=exp.take("quiet", bool, None),
-        false_positive=exp.take("false_positive", str, None),
-        quiet_within_s=float(exp.take("quiet_within_s", NUMBER, 30.0)),
-        executed_once=exp.take("executed_once", bool, None),
+        **{
+            f.name: exp.take(
+                f.name, expect_types[f.name], ... if f.default is MISSING else f.default
+            )
+            for f in fields(Expect)
+        }
     )
     exp.done()
     top.done()
@@ -279,8 +339,33 @@ def load_scenario(path: Path) -> Scenario:
     )
 
 
+def _topology_spec(topo: TableReader, given: Mapping[str, Any]) -> TopologySpec:
+    try:
+        return parse_keywords((), given).spec
+    except ConfigError as exc:
+        error = exc
+
+    def fails_alone(key: str) -> bool:
+        try:
+            parse_keywords((), {key: given[key]})
+        except ConfigError as alone:
+            return alone.headline == error.headline
+        return False
+
+    # The key to blame is the one that fails the same way on its own (else the first).
+    key = next((k for k in given if fails_alone(k)), next(iter(given), "prefill"))
+    if isinstance(error, FieldTypeError) and error.field != key:  # a key of a table: stub.itl_ms
+        raise topo.fail(f"{key}.{error.field}", error.expected, error.found) from error
+    facts = {"error": error.headline, **error.facts}
+    raise topo.fail(key, f"a valid {key}", given.get(key), facts=facts) from error
+
+
 def _armed(reader: TableReader) -> ArmedWatchdog:
     expect_fire = reader.take("expect_fire", bool, True)
+    if "action" in reader.table:  # a table: the fault or action it runs when it fires
+        kinds: dict[str, Callable[..., Any]] = {**FAULTS, **ACTIONS}
+        action = _build(reader.sub("action", required=True), kinds, "watchdog action")
+        reader.table["action"] = action
     return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire)
 
 
@@ -306,19 +391,45 @@ def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:
         )
 
 
-def catalog(directories: Iterable[Path] = ()) -> list[Scenario]:
-    """The built-in catalog plus every ``*.toml`` under ``directories``, sorted by name."""
+def read_catalog(directories: Iterable[Path] = ()) -> tuple[list[Scenario], list[BadScenario]]:
+    """The built-in catalog plus every ``*.toml`` under ``directories``, sorted by name, and
+    every file of them that did not load (a second file of one name among them)."""
     files = sorted(CATALOG_DIR.glob("*.toml"))
     for directory in directories:
         files += sorted(Path(directory).rglob("*.toml"))
-    scenarios = [load_scenario(f) for f in files]
+    scenarios: list[Scenario] = []
+    bad: list[BadScenario] = []
     seen: dict[str, Path] = {}
-    for scenario in scenarios:
+    for path in files:
+        try:
+            scenario = load_scenario(path)
+        except ConfigError as exc:
+            bad.append(BadScenario(path, exc, _declared_name(path)))
+            continue
         if scenario.name in seen:
-            raise ConfigError(
+            error = ConfigError(
                 f"Two scenarios are named {scenario.name!r}",
-                facts={"first": seen[scenario.name], "second": scenario.path},
-                fix="rename one of them",
+                facts={"first": seen[scenario.name], "second": path},
+                fix=f"rename the scenario in {path}",
             )
-        seen[scenario.name] = scenario.path
-    return sorted(scenarios, key=lambda s: s.name)
+            bad.append(BadScenario(path, error, scenario.name))
+            continue
+        seen[scenario.name] = path
+        scenarios.append(scenario)
+    return sorted(scenarios, key=lambda s: s.name), bad
+
+
+def _declared_name(path: Path) -> str | None:
+    try:
+        name = tomllib.loads(path.read_text()).get("name")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def catalog(directories: Iterable[Path] = ()) -> list[Scenario]:
+    """The scenarios of :func:`read_catalog`; the first bad file's ConfigError if any."""
+    scenarios, bad = read_catalog(directories)
+    if bad:
+        raise bad[0].error
+    return scenarios

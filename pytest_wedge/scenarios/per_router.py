@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_wedge.errors import close_match
 from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
 from pytest_wedge.scenarios.schema import TableReader
 
@@ -43,7 +44,8 @@ def read_overrides(
     found: dict[str, RouterOverride] = {}
     for kind in list(routers.table):
         if kind not in BUILT_IN:
-            raise routers.fail(kind, f"a router kind: {', '.join(BUILT_IN)}", kind)
+            expected = f"a router kind: {', '.join(BUILT_IN)}"
+            raise routers.fail(kind, expected, kind, guess=close_match(kind, BUILT_IN))
         table = routers.sub(kind).only("because", "shown_by", "router_args", "watchdogs", "expect")
         because = table.take("because", str)
         shown_by = table.take("shown_by", str, expected="the test that shows the difference")

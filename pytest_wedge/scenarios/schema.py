@@ -7,13 +7,12 @@ Every mistake in a scenario file becomes a ConfigError naming the file, the key 
 from __future__ import annotations
 
 import math
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, close_match
+from pytest_wedge.spec.component import describe_hint, matches_hint
 
 
 class TableReader:
@@ -25,7 +24,16 @@ class TableReader:
     def _key(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
 
-    def fail(self, key: str, expected: str, found: object) -> ConfigError:
+    def fail(
+        self,
+        key: str,
+        expected: str,
+        found: object,
+        *,
+        guess: str | None = None,
+        facts: Mapping[str, object] | None = None,
+    ) -> ConfigError:
+        """The error for ``key``; ``guess`` is the name it is most likely a typo of."""
         return ConfigError(
             f"Bad scenario file {self.path.name}: key {self._key(key)}",
             facts={
@@ -33,22 +41,25 @@ class TableReader:
                 "key": self._key(key),
                 "expected": expected,
                 "found": repr(found),
+                **(facts or {}),
+                **({"did you mean": guess} if guess else {}),
             },
-            fix=f"edit {self.path}; the format is in docs/writing-a-hang-test.md",
+            fix=f"edit {self.path}; the format is in `pytest-wedge docs writing-a-hang-test`",
         )
 
-    def take(
-        self, key: str, kind: type | tuple[type, ...], default: Any = ..., expected: str = ""
-    ) -> Any:
+    def take(self, key: str, hint: Any, default: Any = ..., expected: str = "") -> Any:
+        """The value of ``key``, checked against the type hint ``hint`` (the constructors'
+        check); ``default`` when it is absent, and ``...`` makes it required."""
+        # TOML has no None: an optional key is left out.
+        expected = expected or describe_hint(hint).removesuffix(" or None")
         if key not in self.table:
             if default is ...:
-                raise self.fail(key, expected or f"a {_kind_name(kind)} (required)", "nothing")
+                raise self.fail(key, f"{expected} (required)", "nothing")
             return default
         value = self.table.pop(key)
-        bad_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
-        if not isinstance(value, kind) or bad_bool:
-            raise self.fail(key, expected or f"a {_kind_name(kind)}", value)
-        if kind == NUMBER and not 0 <= typing.cast(float, value) < math.inf:
+        if not matches_hint(value, hint):
+            raise self.fail(key, expected, value)
+        if matches_hint(0.5, hint) and value is not None and not 0 <= value < math.inf:
             # Every number read here is seconds: nan or a negative one would turn a bound off.
             raise self.fail(key, "a finite number of seconds >= 0", value)
         return value
@@ -61,7 +72,9 @@ class TableReader:
         """Fail on an unknown key first: a typo is the mistake to report, not the key it hid."""
         for key, value in self.table.items():
             if key not in keys:
-                raise self.fail(key, f"one of {', '.join(keys)}", value)
+                raise self.fail(
+                    key, f"one of {', '.join(keys)}", value, guess=close_match(key, keys)
+                )
         return self
 
     def done(self) -> None:
@@ -78,40 +91,3 @@ class TableReader:
         return [
             TableReader(self.path, item, self._key(f"{key}[{i}]")) for i, item in enumerate(items)
         ]
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {
-        int: "integer",
-        float: "number",
-        str: "string",
-        bool: "boolean",
-        list: "list",
-        dict: "table",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
-
-
-NUMBER = (int, float)
-
-
-def matches_hint(value: Any, hint: Any) -> bool:
-    """Whether a TOML value fits a constructor's type hint (the hints load classes use)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(matches_hint(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is not None:
-        return isinstance(value, dict if origin in (dict, Mapping) else origin)
-    return isinstance(value, hint)

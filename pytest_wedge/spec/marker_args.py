@@ -4,14 +4,15 @@ parameters of one keyword-only function, so signature, checks and docs cannot dr
 
 from __future__ import annotations
 
+import inspect
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ConfigError, close_match
 from pytest_wedge.routers.router_spec import RouterSpec
-from pytest_wedge.spec.component import check_fields, spec_from
+from pytest_wedge.spec.component import check_fields, check_values, spec_from
 from pytest_wedge.spec.topology import StubOptions, TopologySpec
 from pytest_wedge.spec.workers import WorkerSpec, worker_spec
 
@@ -60,8 +61,7 @@ def wedge(
     elif isinstance(stub, StubOptions):
         options = stub
     elif isinstance(stub, Mapping):
-        check_fields(StubOptions, stub, "stub option(s)", "pytest_wedge.StubOptions")
-        options = StubOptions(**{name: _stub_value(name, value) for name, value in stub.items()})
+        options = _stub_options(stub)
     else:
         raise ConfigError(
             "stub must be StubOptions or a dict",
@@ -101,28 +101,14 @@ def router_spec(router: str | RouterSpec | Mapping[str, Any] | None) -> RouterSp
     return spec
 
 
-def _stub_value(name: str, value: Any) -> Any:
-    """A stub option checked against its StubOptions type: a bad one would otherwise surface
+def _stub_options(given: Mapping[str, Any]) -> StubOptions:
+    """Stub options checked against their StubOptions types: a bad one would otherwise surface
     only as a stub that refuses its command line (or an unhashable topology spec)."""
-    kind = typing.get_type_hints(StubOptions)[name]
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    checks = {
-        float: (number, "a number"),
-        int: (number and isinstance(value, int), "an integer"),
-        str: (isinstance(value, str), "a string"),
-        bool: (isinstance(value, bool), "true or false"),
-    }
-    if kind in checks:
-        ok, expected = checks[kind]
-    else:  # extra_args: kept as a tuple, so the spec stays hashable
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        expected, value = "a list of strings", tuple(value) if ok else value
-    if not ok:
-        raise ConfigError(
-            f"Bad stub option {name}: expected {expected}, got {value!r}",
-            fix="see the fields of pytest_wedge.StubOptions",
-        )
-    return value
+    check_fields(StubOptions, given, "stub option(s)", "pytest_wedge.StubOptions")
+    check_values("stub option", given, typing.get_type_hints(StubOptions))
+    # A list (from TOML, or written so) is kept as a tuple, so the spec stays hashable.
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    return StubOptions(**values)
 
 
 def parse_keywords(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs:
@@ -133,17 +119,14 @@ def parse_keywords(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerArgs
             facts={"positional": repr(tuple(args))},
             fix="write @pytest.mark.wedge(prefill=1, decode=1)",
         )
-    try:
-        return wedge(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(
-            "Bad wedge marker arguments",
-            facts={"error": str(exc)},
-            fix=f"see the signature: wedge{_signature()}",
-        ) from exc
-
-
-def _signature() -> str:
-    import inspect
-
-    return str(inspect.signature(wedge)).replace("'", "")
+    known = inspect.signature(wedge).parameters
+    for key in kwargs:
+        if key not in known:
+            guess = close_match(key, known)
+            raise ConfigError(
+                f"unknown wedge() keyword {key!r}"
+                + (f" \N{EM DASH} did you mean {guess!r}?" if guess else ""),
+                facts={"valid keywords": ", ".join(known)},
+                fix=f"write {guess}=..." if guess else "use only the valid keywords above",
+            )
+    return wedge(**kwargs)

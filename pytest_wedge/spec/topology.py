@@ -30,23 +30,43 @@ class StubOptions:
     """Engine behaviour of the stub workers (see ``python -m pytest_wedge.stubs --help``)."""
 
     model: str = "stub-model"
+    """The model name the workers serve and the loads ask for."""
     seed: int = 0
+    """Seeds the workers' randomness (token text, ``ErrorStatus`` probability)."""
     itl_ms: float = 2.0
+    """The time between two tokens of a decode, in milliseconds."""
     prefill_ms_per_token: float = 0.05
+    """The prefill's time per prompt token, in milliseconds."""
     max_running: int = 64
+    """Requests a worker runs at once; the rest queue (FIFO)."""
     max_queue: int = 1024
+    """Requests that may wait for a running slot; one more is answered 503 (queue full)."""
     max_tokens_default: int = 16
+    """Tokens a decode sends for a request that gives no ``max_tokens``."""
     inflight_pin_watchdog_s: float = 0.0
+    """Prefill engine watchdog: release a request pinned in flight this long (0: off)."""
     transfer_timeout_s: float = 0.0
+    """Decode engine watchdog: fail a request that waits this long for its KV (0: off)."""
     bootstrap_timeout_s: float = 300.0
-    prealloc_slots: int = 0  # 0: twice max_running, as SGLang sizes its pre-allocation pool
-    slot_on_transfer_failure: str = "released"  # or released_after_timeout, leaked
-    prealloc_hold: str = "transfer"  # or "request": the slot is held through generation
-    bootstrap_no_progress_s: float = 0.0  # a no-progress bootstrap deadline on prefill (0: off)
-    protocol: str = "sglang"  # or "vllm" (kv_transfer_params rather than bootstrap rooms)
-    # False: no ledger and control API, so only public endpoints and no engine faults.
+    """Prefill: fail a request whose KV no decode fetched within this many seconds."""
+    prealloc_slots: int = 0
+    """Decode KV preallocation slots; 0: twice ``max_running``, as SGLang sizes its pool."""
+    slot_on_transfer_failure: str = "released"
+    """A decode's preallocation slot after its KV transfer failed: ``released`` at once,
+    ``released_after_timeout`` (after ``transfer_timeout_s``) or ``leaked`` (never)."""
+    prealloc_hold: str = "transfer"
+    """How long a decode holds its preallocation slot: until its KV arrived (``transfer``) or
+    until the request ends (``request``)."""
+    bootstrap_no_progress_s: float = 0.0
+    """Prefill: fail the requests no decode came for once none came for any room this long
+    (a no-progress bootstrap deadline; 0: off)."""
+    protocol: str = "sglang"
+    """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
+    (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""
     ledger: bool = True
+    """False: no ledger and no control API, only public endpoints (and no engine faults)."""
     extra_args: tuple[str, ...] = ()
+    """More flags for ``python -m pytest_wedge.stubs``, appended to its command line."""
 
     def __post_init__(self) -> None:
         if self.protocol not in STUB_PROTOCOLS:

@@ -30,13 +30,18 @@ class WorkerSpec:
     """How one role's workers start. ``WorkerSpec()`` is our stub."""
 
     kind: str = "stub"
-    command: tuple[str, ...] = ()  # an argv template (placeholders: routers/template.py)
+    """``stub`` (ours), ``command`` (a template) or ``url`` (already running)."""
+    command: tuple[str, ...] = ()
+    """``command``: the argv template, a list or one string (placeholders below)."""
     ready_path: str = "/health"
-    urls: tuple[str, ...] = ()  # url: one per worker, in order
-    bootstrap_ports: tuple[int, ...] = ()  # url prefills: each one's real bootstrap port
-    # url decodes: per decode, the port it sends each prefill's KV to (where the
-    # decode-j->prefill-i proxies listen); empty: their KV path is not proxied.
+    """Ready once this path answers 200."""
+    urls: tuple[str, ...] = ()
+    """``url``: one URL per worker of the role, in order."""
+    bootstrap_ports: tuple[int, ...] = ()
+    """``url`` prefills: each one's real bootstrap port."""
     kv_listen: tuple[tuple[int, ...], ...] = ()
+    """``url`` decodes: per decode, the port it sends each prefill's KV to (where the
+    ``decode-j->prefill-i`` proxies listen); empty: their KV path is not proxied."""
 
     def __post_init__(self) -> None:
         fix = "use {'kind': 'stub'} (default) or {'kind': 'command', 'command': [...]}"

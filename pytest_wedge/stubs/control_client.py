@@ -43,7 +43,7 @@ class StubClient:
             raise WedgeError(
                 f"{self.name} refused {method} {path}",
                 facts={"status": response.status_code, "answer": response.text[:300], "sent": json},
-                fix="check the fault's parameters against docs/creating-faults.md",
+                fix="check the fault's parameters against `pytest-wedge docs creating-faults`",
             )
         return response.json() if response.content else None
 

@@ -158,7 +158,13 @@ class Topology:
                 started.result()
             deadline = time.monotonic() + self.ready_timeout_s
             wait_ready(self.runtime, workers, timeout_s=self.ready_timeout_s)
-            wait_url_workers(self.http, spec, self.plan, max(1.0, deadline - time.monotonic()))
+            wait_url_workers(
+                self.http,
+                spec,
+                self.plan,
+                max(1.0, deadline - time.monotonic()),
+                ready_timeout_s=self.ready_timeout_s,
+            )
             remaining = max(1.0, deadline - time.monotonic())
             if router is not None:
                 if not early:

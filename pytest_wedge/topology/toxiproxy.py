@@ -84,7 +84,9 @@ class ToxiproxyClient:
     ) -> ToxiproxyError:
         status = response.status_code
         fix = fix or _FIXES.get(
-            status, "check the proxy and toxic names and attributes against docs/creating-faults.md"
+            status,
+            "check the proxy and toxic names and attributes against "
+            "`pytest-wedge docs creating-faults`",
         )
         facts = {"status": status, "answer": response.text[:300], "sent": sent}
         return ToxiproxyError(

@@ -38,15 +38,44 @@ def url_worker_listen(spec: TopologySpec) -> dict[str, str]:
     return listen
 
 
+# A url worker already runs, so one that refuses every connection is down or at another port:
+# it is given up on after REFUSED_S, not the whole ready timeout. A ready timeout above the
+# default says the user starts their workers alongside the run, so then it is waited on.
+REFUSED_S = 3.0
+DEFAULT_READY_TIMEOUT_S = 30.0  # wedge_ready_timeout's default
+
+
 def wait_url_workers(
-    http: httpx.Client, spec: TopologySpec, plan: PortPlan, timeout_s: float
+    http: httpx.Client,
+    spec: TopologySpec,
+    plan: PortPlan,
+    timeout_s: float,
+    *,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
 ) -> None:
-    """Wait until every url worker answers its readiness path with 200."""
+    """Wait until every url worker answers its readiness path with 200 (one that refuses every
+    connection for ``REFUSED_S`` fails then, unless ``ready_timeout_s`` is above the default)."""
     urls = {
         name: f"http://{LOOPBACK}:{plan.http[name]}{spec.worker(name).ready_path}"
         for name in spec.url_workers
     }
-    unready = wait_answering(http, urls, timeout_s)
+    patient = ready_timeout_s > DEFAULT_READY_TIMEOUT_S
+    first_s = timeout_s if patient else min(REFUSED_S, timeout_s)
+    unready = wait_answering(http, urls, first_s)
+    refusing = [name for name, last in unready.items() if last.startswith("ConnectError")]
+    if refusing:
+        raise ComponentStartError(
+            f"The url worker(s) {', '.join(refusing)} still refused connections after "
+            f"{first_s:.0f} s: nothing listens at their URLs",
+            facts={name: f"{urls[name]}: {unready[name]}" for name in refusing},
+            fix="start each worker before the run, or correct its URL in prefill_worker/"
+            "decode_worker (pytest-wedge does not start url workers); for workers that start "
+            f"alongside the run, set --wedge-ready-timeout above {DEFAULT_READY_TIMEOUT_S:.0f} "
+            "and they are waited on for all of it",
+        )
+    if unready:
+        rest = {name: urls[name] for name in unready}
+        unready = wait_answering(http, rest, max(0.0, timeout_s - first_s))
     if unready:
         raise ComponentStartError(
             f"The url worker(s) {', '.join(unready)} did not become ready in {timeout_s:.0f} s",

@@ -173,8 +173,8 @@ MINIMAL = 'name = "x"\nsummary = "y"\n[expect]\nlocated_at = "router"\n'
         ),
         (
             "[topology]\nstub = {itl_ms = 'fast'}",
-            "topology.stub",
-            "Bad stub option itl_ms: expected a number",
+            "topology.stub.itl_ms",
+            "expected: a number",
         ),
     ],
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,38 @@ def test_url_workers_refuse_component_and_engine_faults(
         wedge.apply(ErrorStatus(target="prefill-0", status=500))
     healthy = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
     assert healthy.wait(30) and wedge.ledger.by_origin("harness").states()["ok"] == 2
+
+
+def test_a_url_worker_that_refuses_every_connection_fails_within_5_s(
+    wedge_factory: Any, wedge_session: Any
+) -> None:
+    """Nothing listens at the URLs: the start fails after the refused budget (3 s), not the
+    whole ready timeout (30 s), and says what refused and how to fix it."""
+    allocator = PortAllocator()
+    try:
+        prefill, bootstrap, decode, kv_listen = allocator.take(4)  # none of them listens
+        started = time.monotonic()
+        with pytest.raises(pytest.fail.Exception) as failed:
+            wedge_factory(
+                prefill_worker={
+                    "kind": "url",
+                    "urls": [f"http://127.0.0.1:{prefill}"],
+                    "bootstrap_ports": [bootstrap],
+                },
+                decode_worker={
+                    "kind": "url",
+                    "urls": [f"http://127.0.0.1:{decode}"],
+                    "kv_listen": [[kv_listen]],
+                },
+            )
+        elapsed_s = time.monotonic() - started
+    finally:
+        allocator.close()
+    text = str(failed.value)
+    print(f"url workers refusing every connection: failed after {elapsed_s:.2f} s")
+    assert elapsed_s < 5, text
+    headline = "The url worker(s) prefill-0, decode-0 still refused connections after 3 s"
+    assert headline in text, text
+    assert f"decode-0: http://127.0.0.1:{decode}/health: ConnectError" in text, text
+    assert "To fix this: start each worker before the run" in text, text
+    assert "--wedge-ready-timeout above 30" in text, text

@@ -1,4 +1,4 @@
-"""The `pytest-wedge` command: install-toxiproxy (download and go paths), up, doctor.
+"""The `pytest-wedge` command: install-toxiproxy (download and go paths), up, doctor, docs.
 
 Every download comes from a release served on 127.0.0.1 (see loopback_release.py); the go path
 builds from the local Go module cache with GOPROXY pointing at it, so nothing leaves the host.
@@ -6,6 +6,7 @@ builds from the local Go module cache with GOPROXY pointing at it, so nothing le
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -26,6 +27,7 @@ from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 SCRIPT = Path(sys.executable).with_name("pytest-wedge")
+ROOT = Path(__file__).resolve().parents[2]
 SESSION_ENV = "PYTEST_WEDGE_SESSION"
 
 
@@ -248,6 +250,7 @@ def test_doctor_lists_what_it_found(tmp_path: Path) -> None:
     assert "pytest-wedge 0.1.0" in line("packages")
     assert line("docker").split()[0] in ("ok", "--")  # either way, it says which and why
     assert line("go").split()[0] in ("ok", "--")
+    assert line("xdist").split()[:3] == ["ok", "xdist", "pytest-xdist"], line("xdist")
     assert lines[-1] == "ready: the process runtime can run (router smg)"
 
 
@@ -357,6 +360,10 @@ def test_up_prints_every_url_and_link_serves_and_stops_cleanly(
         names = sorted(p.name() for p in descendants)
         assert "toxiproxy-server" in names and any("smg" in n for n in names), names
         assert len(descendants) >= 5 and len(tags) >= 4  # toxiproxy, router, three workers
+        # The logs are inside the run rotation, as a pytest run's are.
+        logs = re.search(r"^logs: (.+)$", text, re.M)
+        assert logs and logs.group(1).startswith(str(tmp_path / "artifacts" / "run-1")), text
+        assert (tmp_path / "artifacts" / "latest").resolve() == tmp_path / "artifacts" / "run-1"
         proc.send_signal(stop)
         assert proc.wait(timeout=60) == 0, out.text()
     finally:
@@ -381,3 +388,63 @@ def test_up_rejects_an_unknown_stub_option_plainly(tmp_path: Path) -> None:
     done = cli("up", "--toxiproxy", TOXIPROXY, "--stub", "itl=5", cwd=tmp_path)
     assert done.returncode == 1
     assert "Unknown stub option(s): itl" in done.stderr
+
+
+# -- docs -----------------------------------------------------------------------------------
+
+# The guides a pip user reads (architecture.md is the contributors' map; reference/ is generated).
+USER_DOCS = sorted(path for path in (ROOT / "docs").glob("*.md") if path.name != "architecture.md")
+
+
+def test_docs_lists_the_pages_and_prints_one(tmp_path: Path) -> None:
+    listed = cli("docs", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    for name in ("writing-a-hang-test", "creating-faults", "reference/faults"):
+        assert re.search(rf"^\s+{re.escape(name)}\s+\S", listed.stdout, re.M), listed.stdout
+    page = cli("docs", "writing-a-hang-test", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert page.stdout == (ROOT / "docs" / "writing-a-hang-test.md").read_text()
+    typo = cli("docs", "writing-a-hang", cwd=tmp_path)
+    assert typo.returncode == 1
+    assert "No doc named 'writing-a-hang'" in typo.stderr
+    assert "did you mean: writing-a-hang-test" in typo.stderr and "To fix this:" in typo.stderr
+
+
+def _strings_outside_docstrings(tree: ast.AST) -> list[str]:
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    ]
+
+
+def test_every_hint_names_the_docs_command_and_a_page_that_exists() -> None:
+    """A wheel has no docs/ folder: messages name `pytest-wedge docs NAME`, never a path."""
+    from pytest_wedge.cli.docs import pages
+
+    known = pages(ROOT / "docs")
+    named: list[str] = []
+    for module in sorted((ROOT / "pytest_wedge").rglob("*.py")):
+        for text in _strings_outside_docstrings(ast.parse(module.read_text())):
+            where = module.relative_to(ROOT)
+            assert not re.search(r"\bdocs/[\w/.-]*\.md", text), f"{where}: {text!r}"
+            named += re.findall(r"pytest-wedge docs ([\w/-]+)", text)
+    assert named, "no hint names `pytest-wedge docs NAME`"
+    assert sorted(set(named) - {*known, "NAME"}) == []
+
+
+def test_each_user_doc_has_a_pip_path_that_never_mentions_make() -> None:
+    for doc in USER_DOCS:
+        blocks = doc.read_text().split("\n\n")
+        pip = [block for block in blocks if "pip install pytest-wedge" in block]
+        assert pip, f"{doc.name}: no `pip install pytest-wedge` path"
+        assert all("make" not in block for block in pip), (doc.name, pip)
+        assert all("pytest-wedge install-toxiproxy" in block for block in pip), (doc.name, pip)

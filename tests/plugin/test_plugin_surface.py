@@ -47,26 +47,37 @@ def test_tests_without_wedge_fixtures_need_no_toxiproxy(pytester, monkeypatch):
     result.assert_outcomes(passed=1)
 
 
-def test_bad_marker_fails_only_its_own_test_naming_it(pytester):
+def test_bad_marker_fails_only_its_own_test_naming_it_once(pytester):
     pytester.makepyfile("""
         import pytest
-        @pytest.mark.wedge(prefill=1, decoders=2)
+        @pytest.mark.wedge(prefil=2)
         def test_typo(wedge):
+            pass
+
+        @pytest.mark.wedge(router="smgg")
+        def test_router_typo(wedge):
             pass
 
         def test_plain():
             pass
     """)
     result = pytester.runpytest_subprocess(f"--wedge-toxiproxy={TOXIPROXY}")
-    result.assert_outcomes(passed=1, errors=1)
+    result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines(
         [
-            "*test_bad_marker_fails_only_its_own_test_naming_it.py::test_typo: bad @pytest.mark.wedge",
-            "Bad wedge marker arguments",
-            "*unexpected keyword argument 'decoders'*",
-            "To fix this: see the signature: wedge(*, prefill: int = 1, decode: int = 1,*",
+            "*_it_once.py::test_typo: bad @pytest.mark.wedge",
+            "unknown wedge() keyword 'prefil' \N{EM DASH} did you mean 'prefill'?",
+            "  valid keywords: prefill, decode, router_args, stub, runtime, router, *",
+            "*_it_once.py::test_router_typo: bad @pytest.mark.wedge",
+            "Unknown router kind 'smgg'",
+            "  known kinds: smg, *",
+            "  did you mean: smg",
         ]
     )
+    out = result.stdout.str()
+    assert out.count("did you mean 'prefill'") == 1 and out.count("did you mean: smg") == 1, out
+    assert "During handling of the above exception" not in out
+    assert "The above exception was the direct cause" not in out
 
 
 def test_bad_runtime_value_names_its_source(pytester):

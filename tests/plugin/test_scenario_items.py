@@ -4,6 +4,7 @@ own tests, "did you mean" for a mistyped name, and JUnit."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -145,3 +146,62 @@ def test_junit_names_the_scenario_by_its_node_id(
     assert [(c.get("classname"), c.get("name")) for c in cases] == [
         ("wedge-scenarios", "my-prefill-stall")
     ]
+    # The closing table, the same row in summary.json and in the JUnit properties.
+    result.stdout.fnmatch_lines(
+        [
+            "*wedge scenarios: 1 run*",
+            "scenario*located at*cleared by*clear s*recover s*ok% before*during*after*lost",
+            "my-prefill-stall*prefill-0*",
+            "summary: *summary.json",
+        ]
+    )
+    summary = json.loads((pytester.path / ".wedge-artifacts/latest/summary.json").read_text())
+    [row] = summary["scenarios"]
+    columns = {"located_at", "cleared_by", "time_to_clear_s", "time_to_recover_s", "lost"}
+    columns |= {f"success_{p}_pct" for p in ("before", "during", "after")}
+    assert columns <= set(row) and row["located_at"] == "prefill-0", row
+    properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert json.loads(properties["wedge_summary"]) == row
+
+
+def test_bad_scenario_files_fail_alone_each_once_and_the_good_one_runs(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
+    scenarios = pytester.mkdir("scenarios")
+    scenarios.joinpath("my_stall.toml").write_text(USER_SCENARIO)
+    bad_kind = USER_SCENARIO.replace('"my-prefill-stall"', '"bad-kind"')
+    scenarios.joinpath("bad_kind.toml").write_text(
+        bad_kind.replace('"StallBeforeFirstToken"', '"StallAfterToken"')
+    )
+    bad_router = USER_SCENARIO.replace('"my-prefill-stall"', '"bad-router"')
+    scenarios.joinpath("bad_router.toml").write_text(
+        bad_router.replace("[load.harness]", '[topology]\nrouter = "smgg"\n\n[load.harness]')
+    )
+    pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
+    toxiproxy = request.config.rootpath / "bin" / "toxiproxy-server"
+    result = pytester.runpytest_subprocess(
+        "--wedge-scenarios=my-prefill-stall,bad-kind,bad-router", f"--wedge-toxiproxy={toxiproxy}"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # 1, not a usage error (4)
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*scenario file */scenarios/bad_kind.toml*",
+            "*Bad scenario file bad_kind.toml: key faults[[]0].kind",  # [[]: a literal [
+            "  key: faults[[]0].kind",
+            "  expected: one of Bandwidth, *",
+            "  found: 'StallAfterToken'",
+            "  did you mean: StallAfterTokens",
+            "*scenario file */scenarios/bad_router.toml*",
+            "*Bad scenario file bad_router.toml: key topology.router",
+            "  found: 'smgg'",
+            "  error: Unknown router kind 'smgg'",
+            "  did you mean: smg",
+            "FAILED wedge-scenarios::bad_kind.toml - *",
+            "FAILED wedge-scenarios::bad_router.toml - *",
+        ]
+    )
+    for once in ("did you mean: StallAfterTokens", "did you mean: smg\n", "key: topology.router"):
+        assert out.count(once) == 1, once
+    assert "During handling" not in out and "INTERNALERROR" not in out

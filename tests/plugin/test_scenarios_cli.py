@@ -68,17 +68,25 @@ def test_scenarios_run_together_with_the_users_tests(pytester, request):
     result.assert_outcomes(passed=2)
 
 
-def test_malformed_scenario_is_a_usage_error_naming_file_and_key(pytester):
+def test_a_malformed_scenario_fails_as_its_own_item_naming_file_and_key(pytester):
     bad = USER_SCENARIO.replace("agents = 3", 'agents = "three"')
     pytester.mkdir("scenarios").joinpath("broken.toml").write_text(bad)
     pytester.makeini("[pytest]\nwedge_scenario_dirs = scenarios\n")
-    result = pytester.runpytest_subprocess("--wedge-scenarios")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
+    listing = pytester.runpytest_subprocess("--wedge-scenarios=list")
+    listing.stdout.fnmatch_lines(
+        ["1 scenario files that do not load*", "*/scenarios/broken.toml: Bad scenario file*"]
+    )
+    # Selected by the name it declares; it needs no topology, so no Toxiproxy either.
+    result = pytester.runpytest_subprocess("--wedge-scenarios=my-prefill-stall")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
         [
             "*Bad scenario file broken.toml: key load.harness.agents*",
-            "*expected: int (Harness agents)*",
+            "*expected: an integer (Harness agents)*",
+            "*found: 'three'*",
             "*To fix this: edit */scenarios/broken.toml*",
+            "FAILED wedge-scenarios::broken.toml - *",
         ]
     )
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()

@@ -37,6 +37,7 @@ def test_a_misspelt_runtime_in_a_marker_fails_that_test_at_setup(pytester: pytes
             "Bad value for wedge_runtime: 'dokcer'",
             "*from: marker",
             "*expected one of: process, docker",
+            "*did you mean: docker",
         ]
     )
     assert "Traceback" not in result.stdout.str()
@@ -96,3 +97,60 @@ def test_wedge_keep_is_a_boolean_ini(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_plain(): pass")
     result = pytester.runpytest_subprocess("-s")
     result.stdout.fnmatch_lines(["*KEEP=True FROM=ini file*"])
+
+
+PRINT_ARTIFACTS = """
+    from pytest_wedge.plugin.state import plugin_of
+
+    def pytest_sessionfinish(session):
+        print(f"ARTIFACTS={plugin_of(session.config).value('wedge_artifacts')}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("ini", "argv", "environ", "expected"),
+    [
+        ("", (), {}, ".wedge-artifacts"),
+        ("wedge_artifacts = ci/artifacts\n", (), {}, "ci/artifacts"),
+        ("", ("--wedge-artifacts=from-cli",), {}, "from-cli"),
+        ("", (), {"PYTEST_WEDGE_ARTIFACTS": "from-env"}, "from-env"),
+        ("", ("--wedge-artifacts=/abs/artifacts",), {}, "/abs/artifacts"),
+    ],
+    ids=["default", "ini", "command-line", "environment", "absolute"],
+)
+def test_artifacts_are_anchored_at_the_rootdir_not_the_working_directory(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    ini: str,
+    argv: tuple[str, ...],
+    environ: dict[str, str],
+    expected: str,
+) -> None:
+    """Run from ``tests/`` (as ``cd tests && pytest``), a relative path still lands under the
+    rootdir, the ini file's folder; only an absolute path is taken as it is."""
+    pytester.makeini(f"[pytest]\n{ini}")
+    tests = pytester.mkdir("tests")
+    (tests / "conftest.py").write_text(PRINT_ARTIFACTS.replace("\n    ", "\n"))
+    (tests / "test_plain.py").write_text("def test_plain(): pass\n")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tests)
+    result = pytester.runpytest_inprocess("-s", *argv)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*ARTIFACTS={pytester.path / expected}"])
+
+
+def test_scenario_node_ids_are_the_same_from_a_subdirectory(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest prints file node ids relative to the working directory; the catalog's are printed
+    as they are (never ``../wedge-scenarios::NAME``), so they can be copied back."""
+    pytester.makeini("[pytest]\n")
+    monkeypatch.chdir(pytester.mkdir("tests"))
+    name = "kv-transfer-blackhole"
+    result = pytester.runpytest_inprocess(
+        f"--wedge-scenarios={name}", f"--wedge-toxiproxy={TOXIPROXY}", "--setup-plan", "-v"
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([f"wedge-scenarios::{name} *"])
+    assert "../wedge-scenarios" not in result.stdout.str()

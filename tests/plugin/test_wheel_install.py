@@ -6,7 +6,9 @@ so nothing is downloaded) and installed with ``--no-deps --no-index``. The depen
 from this venv's site-packages through a ``.pth`` line: Python adds that directory to the
 path but does not run the ``.pth`` files inside it, so the editable finder of the checkout is
 never installed and every ``pytest_wedge`` import comes from the wheel (checked below). smg's
-console script, which ``pip install smg`` would write, is written by hand.
+console script, which ``pip install smg`` would write, is written by hand. Since the
+dependencies are this venv's, the README's install line is checked against the wheel's
+metadata: what it installs includes pytest-xdist, which ``-n 2`` then uses.
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def build_wheel(tmp: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(ROOT / "pytest_wedge", source / "pytest_wedge", ignore=ignore)
-    shutil.copytree(ROOT / "fixtures", source / "fixtures", ignore=ignore)
+    for folder in ("pytest_wedge", "fixtures", "docs"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=ignore)
     dist = tmp / "dist"
     done = subprocess.run(
         [
@@ -103,9 +105,33 @@ def build_wheel(tmp: Path) -> Path:
         shipped = {
             str(Path(name).parent) for name in archive.namelist() if name.endswith("/__init__.py")
         }
+        names = set(archive.namelist())
     missing = sorted(packages - shipped)
     assert missing == [], f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
+    docs = {f"pytest_wedge/docs/{p.relative_to(ROOT / 'docs')}" for p in ROOT.glob("docs/**/*.md")}
+    assert sorted(docs - names) == [], "the wheel must ship every doc (package data)"
     return wheel
+
+
+def readme_install_requirement() -> str:
+    """The requirement of the README's install line (``pip install pytest-wedge[...]``)."""
+    section = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    (line,) = [line for line in section.splitlines() if line.startswith("pip install ")]
+    return line.split()[2].strip("'\"")
+
+
+def requires_xdist(wheel: Path, requirement: str) -> bool:
+    """Whether installing ``requirement`` from this wheel installs pytest-xdist."""
+    extras = set(re.findall(r"[\w-]+", requirement.partition("[")[2]))
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    for line in lines:
+        if line.startswith("Requires-Dist: pytest-xdist"):
+            extra = re.search(r"extra == ['\"]([\w-]+)['\"]", line)
+            if extra is None or extra.group(1) in extras:
+                return True
+    return False
 
 
 def make_venv(tmp: Path, wheel: Path) -> Venv:
@@ -146,9 +172,21 @@ def make_venv(tmp: Path, wheel: Path) -> Venv:
 
 
 def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None:
-    venv = make_venv(tmp_path, build_wheel(tmp_path))
+    wheel = build_wheel(tmp_path)
+    requirement = readme_install_requirement()
+    assert requirement.partition("[")[0] == "pytest-wedge", requirement
+    assert requires_xdist(wheel, requirement), f"`pip install {requirement}` lacks pytest-xdist"
+    venv = make_venv(tmp_path, wheel)
     project = tmp_path / "empty-project"
     project.mkdir()
+
+    # 0. The docs travel with the wheel.
+    listed = venv.run(venv.bin / "pytest-wedge", "docs", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"pytest-wedge docs ({venv.path}"), listed.stdout
+    page = venv.run(venv.bin / "pytest-wedge", "docs", "writing-a-hang-test", cwd=project)
+    assert page.returncode == 0, page.stderr
+    assert page.stdout == (ROOT / "docs" / "writing-a-hang-test.md").read_text()
 
     where = venv.run(
         venv.python,
@@ -178,25 +216,24 @@ def test_the_wheel_works_from_an_empty_directory_offline(tmp_path: Path) -> None
     assert os.access(toxiproxy, os.X_OK)
     assert list(project.iterdir()) == []  # nothing written into the user's project
 
-    # 2. The scenario passes from the empty directory and from a subdirectory of it.
+    # 2. The scenario passes from the empty directory on two xdist workers, and from a
+    # subdirectory of the project (its ini file makes the project the rootdir).
     subdirectory = project / "tests"
     subdirectory.mkdir()
-    for cwd in (project, subdirectory):
-        run = venv.run(
-            venv.python,
-            "-m",
-            "pytest",
-            f"--wedge-scenarios={SCENARIO}",
-            "-p",
-            "no:cacheprovider",
-            "-v",
-            cwd=cwd,
-            timeout=400,
-        )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert f"wedge-scenarios::{SCENARIO} PASSED" in run.stdout
-        assert f"wedge: toxiproxy-server 2.12.0 at {toxiproxy} (from the venv's bin/)" in run.stdout
-        assert "router smg 1.13" in run.stdout and f"at {venv.bin / 'smg'}" in run.stdout
+    pytest_run = (venv.python, "-m", "pytest", f"--wedge-scenarios={SCENARIO}", "-p")
+    run = venv.run(*pytest_run, "no:cacheprovider", "-v", "-n", "2", cwd=project, timeout=400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(rf"\[gw\d\] \S+ PASSED wedge-scenarios::{SCENARIO}\b", run.stdout), run.stdout
+    (project / "pytest.ini").write_text("[pytest]\n")
+    run = venv.run(*pytest_run, "no:cacheprovider", "-v", cwd=subdirectory, timeout=400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(rf"^wedge-scenarios::{SCENARIO} PASSED", run.stdout, re.M), run.stdout
+    assert f"wedge: toxiproxy-server 2.12.0 at {toxiproxy} (from the venv's bin/)" in run.stdout
+    assert "router smg 1.13" in run.stdout and f"at {venv.bin / 'smg'}" in run.stdout
+    artifacts = project / ".wedge-artifacts"
+    assert f"wedge: artifacts {artifacts}" in run.stdout, run.stdout
+    assert sorted(p.name for p in artifacts.glob("run-*")) == ["run-1", "run-2"]
+    assert list(subdirectory.iterdir()) == []  # nothing where the run started
 
     # 3. doctor lists what it found.
     doctor = venv.run(venv.bin / "pytest-wedge", "doctor", cwd=project)
@@ -241,6 +278,8 @@ def assert_up_runs_and_stops(venv: Venv, cwd: Path) -> None:
         )
         assert proc.poll() is None, "\n".join(lines)
         assert any(re.match(r"client\s+http://127\.0\.0\.1:\d+", line) for line in lines)
+        run = cwd / ".wedge-artifacts" / "run-3"  # after the two pytest runs: one rotation
+        assert any(line.startswith(f"logs: {run}/") for line in lines), lines
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 4
         proc.send_signal(signal.SIGINT)

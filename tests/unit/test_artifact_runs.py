@@ -12,7 +12,7 @@ import pytest
 from pytest_wedge.diagnostics.artifacts import _copy_window
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.plugin.run_folders import make_run_dir, release_run_dir, this_process
-from pytest_wedge.plugin.settings import resolve
+from pytest_wedge.plugin.settings import anchored, resolve
 from pytest_wedge.plugin.state import artifacts_folder
 
 _runs = iter(range(1, 1000))
@@ -81,6 +81,29 @@ def test_keep_runs_resolves_as_a_count_from_ini_and_environment() -> None:
     assert resolve("wedge_keep_runs", environ={}).value == 3
     with pytest.raises(ConfigError, match="wedge_keep_runs"):
         resolve("wedge_keep_runs", cli="-1", environ={})
+
+
+def test_the_artifacts_directory_is_anchored_at_the_rootdir_or_the_ini_files_folder(
+    tmp_path: Path,
+) -> None:
+    """Whatever the working directory: a relative value from the ini file is relative to its
+    folder, any other relative value to the rootdir, and an absolute one stays."""
+    rootdir, inifile = tmp_path / "root", tmp_path / "config" / "pytest.ini"
+
+    def where(**sources: object) -> str:
+        setting = resolve("wedge_artifacts", environ={}, **sources)  # type: ignore[arg-type]
+        return str(anchored(setting, rootdir=rootdir, inifile=inifile).value)
+
+    assert where() == str(rootdir / ".wedge-artifacts")
+    assert where(cli="out") == str(rootdir / "out")
+    assert where(ini=lambda name: "ci/out") == str(tmp_path / "config" / "ci" / "out")
+    assert where(cli="/abs/out") == "/abs/out"
+    from_env = resolve("wedge_artifacts", environ={"PYTEST_WEDGE_ARTIFACTS": "env-out"})
+    anchored_env = anchored(from_env, rootdir=rootdir, inifile=None)
+    assert (anchored_env.value, anchored_env.source) == (
+        str(rootdir / "env-out"),
+        "environment (PYTEST_WEDGE_ARTIFACTS)",
+    )
 
 
 def test_a_tests_second_topology_gets_its_own_folder(tmp_path: Path) -> None:

@@ -64,6 +64,21 @@ def test_prompts_are_deterministic_under_seed() -> None:
     assert prompts(7) != prompts(8)
 
 
+def test_concurrent_loads_get_distinct_prompt_seeds_by_default() -> None:
+    from faker import Faker
+
+    from pytest_wedge.load.harness import _script
+
+    url = "http://127.0.0.1:9"  # never contacted: nothing here starts
+    first, second = Harness(url), Harness(url)  # two harness groups of one origin
+    stray = StrayRequester(url)
+    assert len({first.seed, second.seed, stray.seed}) == 3
+    assert _script(Faker(), first.seed, 0, 1) != _script(Faker(), second.seed, 0, 1)
+    # A given seed wins; a given run id gives the same default seed again.
+    assert Harness(url, seed=7).seed == 7
+    assert Harness(url, run_id="r").seed == Harness(url, run_id="r").seed
+
+
 @pytest.mark.timeout(30)
 def test_retries_are_new_linked_records_and_bounded() -> None:
     with ChatServer(mode="status500") as server:

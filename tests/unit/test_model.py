@@ -163,7 +163,7 @@ def test_bandwidth_zero_is_refused_because_toxiproxy_reads_it_as_unlimited():
 def test_toxicity_and_stream_are_validated():
     with pytest.raises(ConfigError, match="Bad toxicity"):
         Latency("client->router", latency_ms=1, toxicity=1.5)
-    with pytest.raises(ConfigError, match="Bad stream"):
+    with pytest.raises(ConfigError, match="Bad Latency field stream"):
         Latency("client->router", latency_ms=1, stream="sideways")  # type: ignore[arg-type]
 
 

@@ -31,9 +31,21 @@ from pytest_wedge.load.meanings import (
 from pytest_wedge.plugin.settings import SETTINGS
 from pytest_wedge.reference import PAGES, render_pages
 from pytest_wedge.reference.faults_page import fault_entries, package_faults
-from pytest_wedge.reference.introspect import own_docstring
+from pytest_wedge.reference.introspect import field_entries, own_docstring
 from pytest_wedge.reference.loads_page import LOADS, ledger_entries, option_entries
 from pytest_wedge.reference.metrics_page import metric_names_read
+from pytest_wedge.reference.scenario_page import (
+    PLACEHOLDER_MEANINGS,
+    TEMPLATES,
+    TOP_KEY_MEANINGS,
+    keyword_entries,
+    placeholder_rows,
+)
+from pytest_wedge.reference.watchdogs_page import ROLES
+from pytest_wedge.routers.router_spec import RouterSpec
+from pytest_wedge.scenarios.catalog import ACTIONS, TOP_KEYS, WATCHDOGS, Expect
+from pytest_wedge.spec.topology import StubOptions
+from pytest_wedge.spec.workers import WorkerSpec
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 FIX = f"To fix this: run {REGENERATE}, and commit docs/reference/."
@@ -281,3 +293,47 @@ def test_the_command_writes_the_pages_and_checks_them(
     assert main(["reference", "--out", str(out), "--check"]) == 1
     said = capsys.readouterr().err
     assert "harness.md" in said and "To fix this: run python -m pytest_wedge.cli reference" in said
+
+
+# -- topology and scenario files ----------------------------------------------------------------
+
+
+def test_every_topology_keyword_option_and_placeholder_is_on_the_topology_page() -> None:
+    page = committed("topology.md")
+    assert {e.name for e in keyword_entries()} <= rows(section(page, "## Keywords"))
+    sections = {"## Stub options": StubOptions, "## Router": RouterSpec, "## Workers": WorkerSpec}
+    for heading, cls in sections.items():
+        documented = rows(section(page, heading))
+        assert {f.name for f in dataclasses.fields(cls)} <= documented, heading
+    assert "`[topology.stub]`" in page  # where a scenario file takes the stub's options
+    for role in TEMPLATES:
+        assert set(placeholder_rows(role)) <= {
+            tuple(cells.split(" | ")) for cells in re.findall(r"^\| (`\{.*)\ \|$", page, re.M)
+        }, role
+    # The [*] repeat, for every kind of template that takes it.
+    templates = section(page, "## Command templates")
+    assert "`[*]`" in templates and "in router and worker templates alike" in templates
+
+
+def test_every_keyword_option_and_placeholder_has_a_meaning() -> None:
+    assert [e.name for e in keyword_entries() if not e.meaning] == []
+    for cls in (StubOptions, RouterSpec, WorkerSpec, Expect):
+        assert [e.name for e in field_entries(cls) if not e.meaning] == [], cls.__name__
+    for role, known in TEMPLATES.items():
+        assert set(PLACEHOLDER_MEANINGS[role]) == {*known.scalars, *known.lists}, role
+
+
+def test_every_key_of_a_scenario_file_is_on_the_scenarios_page() -> None:
+    page = committed("scenarios.md")
+    assert set(TOP_KEYS) == set(TOP_KEY_MEANINGS) <= rows(section(page, "## Top-level keys"))
+    assert {f.name for f in dataclasses.fields(Expect)} <= rows(section(page, "## `[expect]`"))
+    assert all(f"`{name}`" in section(page, "## `[[watchdogs]]` kinds") for name in WATCHDOGS)
+
+
+def test_every_watchdog_kind_is_on_its_page_saying_whether_it_observes_or_acts() -> None:
+    page = committed("watchdogs.md")
+    assert set(ROLES) == set(WATCHDOGS), "classify each watchdog kind in ROLES"
+    for name in WATCHDOGS:
+        assert f"### `{name}`\n\n*{ROLES[name]}*" in page and inspect.getdoc(WATCHDOGS[name]), name
+    for name in ACTIONS:
+        assert f"| `{name}` |" in page and inspect.getdoc(ACTIONS[name]), name

@@ -6,7 +6,7 @@ import pytest
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.faults import Pause
-from pytest_wedge.scenarios.catalog import CATALOG_DIR, catalog, load_scenario
+from pytest_wedge.scenarios.catalog import CATALOG_DIR, catalog, load_scenario, read_catalog
 
 GOOD = """
 name = "x"
@@ -87,7 +87,7 @@ def test_a_file_maps_onto_the_python_api(tmp_path):
         (('name = "x"', ""), "name", "a string (required)"),
         (('kind = "Pause"', 'kind = "Freeze"'), "faults[0].kind", "one of Bandwidth"),
         (('target = "router"', 'target = "routr"'), "faults[0].target", "client->router"),
-        (("for_s = 2", 'for_s = "2s"'), "faults[0].for_s", "a integer or number"),
+        (("for_s = 2", 'for_s = "2s"'), "faults[0].for_s", "a number"),
         (("seconds = 2", "secs = 2"), "watchdogs[0].secs", "the arguments of RequestTimeout"),
         (("agents = 3", "agentz = 3"), "load.harness.agentz", "one of "),
         (
@@ -106,7 +106,7 @@ def test_a_file_maps_onto_the_python_api(tmp_path):
         (
             ("cleared_within_s = 3", 'cleared_within_s = 3\nexecuted_once = "no"'),
             "expect.executed_once",
-            "bool",
+            "true or false",
         ),
     ],
 )
@@ -122,3 +122,70 @@ def test_mistakes_name_the_file_the_key_and_what_was_expected(tmp_path, edit, ke
 def test_invalid_toml_is_reported_with_the_file(tmp_path):
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_scenario(write(tmp_path, "name = "))
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "expected", "guess"),
+    [
+        (('kind = "Pause"', 'kind = "Paus"'), "faults[0].kind", "one of Bandwidth", "Pause"),
+        (("seconds = 2", "secons = 2"), "watchdogs[0].secons", "RequestTimeout", "seconds"),
+        (("agents = 3", "agnets = 3"), "load.harness.agnets", "one of ", "agents"),
+        (("[topology]", '[topology]\nrouter = "smgg"'), "topology.router", "a valid", "smg"),
+        (("[topology]", "[topology]\nprefil = 2"), "topology.prefil", "one of", "prefill"),
+    ],
+)
+def test_a_close_name_gets_a_did_you_mean(tmp_path, edit, key, expected, guess):
+    with pytest.raises(ConfigError) as info:
+        load_scenario(write(tmp_path, GOOD.replace(*edit)))
+    text = str(info.value)
+    assert f"key: {key}\n" in text and expected in text and f"did you mean: {guess}\n" in text, text
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "expected", "found"),
+    [
+        # The fault's and the watchdog's own constructor checks, mapped onto the file's key.
+        (
+            ('kind = "Pause"\ntarget = "router"', 'kind = "StallAfterTokens"\ntarget = "decode-0"'),
+            None,
+            None,
+            None,
+        ),
+        (("seconds = 2", 'seconds = "2"'), "watchdogs[0].seconds", "a number", "'2'"),
+        (("agents = 3", 'agents = "three"'), "load.harness.agents", "an integer", "'three'"),
+        (
+            ("[topology]", '[topology]\nstub = { itl_ms = "fast" }'),
+            "topology.stub.itl_ms",
+            "a number",
+            "'fast'",
+        ),
+        (("[topology]", "[topology]\nprefill = 1.5"), "topology.prefill", "a valid", "1.5"),
+    ],
+)
+def test_types_are_checked_at_load_naming_the_key(tmp_path, edit, key, expected, found):
+    text = GOOD.replace(*edit)
+    if key is None:  # tokens = "five": the case of the fault's own field
+        text = text.replace('target = "decode-0"', 'target = "decode-0"\ntokens = "five"')
+        key, expected, found = "faults[0].tokens", "an integer", "'five'"
+    with pytest.raises(ConfigError) as info:
+        load_scenario(write(tmp_path, text))
+    message = str(info.value)
+    assert "s.toml" in message and f"key: {key}\n" in message, message
+    assert f"expected: {expected}" in message and f"found: {found}\n" in message, message
+
+
+def test_every_bad_file_is_its_own_entry_and_the_good_ones_load(tmp_path):
+    (tmp_path / "good.toml").write_text(GOOD.replace('name = "x"', 'name = "good"'))
+    (tmp_path / "kind.toml").write_text(GOOD.replace('"Pause"', '"Paus"'))
+    (tmp_path / "broken.toml").write_text("name = ")
+    (tmp_path / "again.toml").write_text(GOOD.replace('name = "x"', 'name = "good"'))
+    scenarios, bad = read_catalog([tmp_path])
+    assert "good" in {s.name for s in scenarios}
+    assert [(b.path.name, b.name) for b in bad] == [
+        ("broken.toml", None),
+        ("good.toml", "good"),  # the second file of one name (again.toml came first)
+        ("kind.toml", "x"),
+    ]
+    assert "Two scenarios are named 'good'" in str(bad[1].error)
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        catalog([tmp_path])  # the strict reading: the first bad file's error

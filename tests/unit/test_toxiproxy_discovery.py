@@ -7,13 +7,17 @@ never silently skipped; the fix names `make` only where this project's Makefile 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_wedge.errors import MissingBinaryError
+from pytest_wedge.plugin.settings import SETTINGS
 from pytest_wedge.runtime.binaries import (
+    DISCOVERY_ORDER,
+    ENV_VAR,
     INSTALL_HINT,
     MAKE_HINT,
     find_toxiproxy,
@@ -81,6 +85,8 @@ def test_each_place_in_turn_wins_over_the_ones_after_it(world: World) -> None:
         (world.gobin, "$GOBIN", lambda: world.gobin.unlink()),
         (world.path, "PATH", lambda: world.path.unlink()),
     ]
+    # The places after the given path, in the order the docs state (DISCOVERY_ORDER).
+    assert [source for _, source, _ in steps] == [f"environment ({ENV_VAR})", *DISCOVERY_ORDER[3:]]
     for expected, source, remove in steps:
         found = world.locate(None, environ)
         assert (found.path, found.source) == (str(expected), source)
@@ -173,3 +179,31 @@ def test_find_toxiproxy_keeps_its_old_signature(
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "bare-prefix"))
     assert find_toxiproxy(str(world.explicit)) == str(world.explicit)
     assert find_toxiproxy(None, world.rootdir) == str(world.rootbin)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def plain(markdown: str) -> str:
+    """Markdown as words: no backticks, no parenthesised asides, single spaces."""
+    text = re.sub(r"\s*\([^()]*\)", "", markdown.replace("`", ""))
+    return " ".join(text.split())
+
+
+def test_readme_docs_and_help_state_the_codes_discovery_order() -> None:
+    """One order everywhere: each mention of the later places ($GOBIN, "then PATH") is the
+    code's order, and the README and the first guide state the whole of it."""
+    full = ", ".join(DISCOVERY_ORDER[:-1]) + ", then " + DISCOVERY_ORDER[-1]
+    tail = ", ".join(DISCOVERY_ORDER[3:-1]) + ", then " + DISCOVERY_ORDER[-1]
+    texts = {doc.relative_to(ROOT).as_posix(): plain(doc.read_text()) for doc in DOCS}
+    texts["wedge_toxiproxy help"] = plain(SETTINGS["wedge_toxiproxy"].help)
+    mentions = 0
+    for name, text in texts.items():
+        for mention in re.finditer(r"\$GOBIN|then PATH", text):
+            window = text[max(0, mention.start() - len(tail)) : mention.end() + len(tail)]
+            assert tail in window, f"{name}: {window!r} is not the order {tail!r}"
+            mentions += 1
+    assert mentions >= 4
+    assert full in texts["README.md"]
+    assert full in texts["docs/writing-a-hang-test.md"]
