@@ -14,6 +14,7 @@ from pytest_wedge.faults.registry import register
 from pytest_wedge.spec.names import validate_component_name
 from pytest_wedge.stubs.control_client import StubUnavailable
 from pytest_wedge.stubs.engine_faults import KINDS as STUB_KINDS
+from pytest_wedge.waiting import poll
 
 if TYPE_CHECKING:
     from pytest_wedge.topology.running import Topology
@@ -205,7 +206,13 @@ class Crash(EngineFault):
         try:
             return super().verify(topology, applied_at)
         except StubUnavailable:
-            if topology.runtime.state(self.target) != "exited":
+            # It broke the connection as it crashed: give the runtime a moment to see the exit.
+            exited = poll(
+                lambda: topology.runtime.state(self.target) == "exited",
+                timeout_s=2.0,
+                interval_s=0.02,
+            ).met
+            if not exited:
                 raise
         return f"{self.target} already exited on its next request"
 

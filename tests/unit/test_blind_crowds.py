@@ -57,6 +57,24 @@ def test_a_prefill_prefilling_fewer_than_a_decode_waits_for_is_not_what_holds_th
     located(obs, "decode-0->prefill-0", "likely")
 
 
+def test_a_prefill_without_the_routers_requests_in_flight_is_not_what_holds_them() -> None:
+    # StallBeforeFirstToken on decode-0 of 2P+2D while a stray keeps decode-0 generating: one
+    # harness request overdue, prefill-0 prefills 2 of its own traffic with none of the
+    # router's in flight to it; decode-0 holds 19 of the router's requests.
+    obs = observed(
+        pending(1),
+        prefill=2,
+        decode=2,
+        router=in_flight(decode_0=19),
+        workers={
+            "prefill-0": {"num_running_reqs": 2.0},
+            "decode-0": {"num_running_reqs": 19.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 1.0},
+        },
+    )
+    assert locate_blind(obs, "harness", 1.0).location != "prefill-0"
+
+
 def test_early_in_a_prefill_stall_the_one_prefill_holding_requests_is_named() -> None:
     # StallBeforeFirstToken on prefill-1 of 2P+2D, one harness request overdue: the decodes
     # wait for KV of every request in flight (healthy ones too), more than prefill-1 holds yet;

@@ -132,6 +132,13 @@ def _refused_by_router(s: Servers, ph: Phase, n: int, since: float | None) -> Ve
         # Whether it still fails cannot be seen while the breakers keep traffic off it.
         w, why = cause
         return s.verdict(w.name, LIKELY, why, breakers, refusing)
+    renewed = [w for w in s.workers.values() if s.restarted(w.name, since) is not None]
+    if opened and len(renewed) == 1 and (renewed[0].cb_open or renewed[0].failed > 0):
+        # One worker restarted: the requests its old process held failed, and those failures
+        # opened the breakers. The router refuses because of it.
+        w = renewed[0]
+        lost = f"{back[0]}: the requests its old process held failed and opened the breakers"
+        return s.verdict(w.name, LIKELY, lost, breakers, refusing)
     sick = [w.name for w in s.workers.values() if not w.router_healthy]
     healthy = [d.name for d in s.role("decode") if d.answers]
     for w in s.workers.values():

@@ -283,6 +283,20 @@ def _holder(
     return holding[0] if holding else None
 
 
+def _holding_now(decodes: list[Worker], n: int, max_rate: float) -> Worker | None:
+    """The decode that holds about as many of the router's requests in the latest sample and
+    streams each slowly: its earlier sample came before they piled up (a slowdown that just
+    began), so nothing held in both."""
+    holding = [
+        d
+        for d in decodes
+        if d.metrics_read
+        and (now := d.held_now - d.direct) >= max(1.0, n / 2)
+        and (d.router_rate is None or d.router_rate / now <= max_rate)
+    ]
+    return max(holding, key=lambda d: d.held_now, default=None)
+
+
 def _decode_holds(s: Servers, d: Worker, what: str) -> Verdict:
     rate = f", generating {d.router_rate:.0f} tok/s for them" if d.router_rate is not None else ""
     pre = f"{d.prealloc:g} not bootstrapped (preallocating), " if d.prealloc else ""
@@ -381,6 +395,11 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return _decode_holds(s, holder, what)
     if (v := _gaugeless_holder(s, decodes, n)) is not None:
         return v
+    if (holder := _holding_now(decodes, n, fastest)) is not None:
+        now = holder.held_now - holder.direct
+        said = f"{holder.name} {what}: it holds {now:g} of the router's requests in the latest "
+        piled = "sample (they piled up since the earlier one)"
+        return s.verdict(holder.name, LIKELY, said + piled, holder.load_line())
     d = decodes[0]
     s.rule_out(d.name, "it holds none of the router's requests (it finished them)")
     said = f"{d.name} finished its part while the router still has {d.in_flight:g} in flight to it"

@@ -93,7 +93,9 @@ class Worker:
 
     @property
     def prefilling_for_router(self) -> float:
-        return max(0.0, self.queued + self.running - self.direct)
+        # The router counts a request in flight before the prefill sees it and until it has
+        # its answer: a prefill holds no more of the router's requests than that count.
+        return min(max(0.0, self.queued + self.running - self.direct), max(0.0, self.in_flight))
 
     @property
     def held_for_router(self) -> float:
@@ -146,7 +148,12 @@ def received_rates(records: list[ClientRecord], now: float) -> dict[str, float]:
     return rates
 
 
-def _rate(obs: Observed, name: str) -> float | None:
+def _rate(obs: Observed, name: str, held_from: float | None = None) -> float | None:
+    """Generated tokens per second. A counter window that began before ``held_from`` mixes
+    the healthy traffic before the wedge into it: the engine's own recent-throughput gauge
+    (SGLang's gen_throughput) then, or unknown (vLLM keeps none)."""
+    if held_from is not None and obs.before_at is not None and obs.before_at < held_from:
+        return obs.workers.get(name, {}).get("gen_throughput")
     grew, window = obs.delta(name, "generation_tokens"), obs.rate_window_s()
     return grew / window if grew is not None and window > 0 else None
 
@@ -192,7 +199,7 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
         router_healthy=health != 0.0,
         transfer_broken=broken,
         metrics_read=any(g in latest for g in HELD_GAUGES),
-        token_rate=_rate(obs, name),
+        token_rate=_rate(obs, name, held_from),
         failed=obs.router_grew("cb_failed").get(name, 0.0),
         held_now=held_now,
         waiting_kv_now=0.0 if prefill else latest.get("num_decode_transfer_queue_reqs", 0.0),
