@@ -21,6 +21,7 @@ from pytest_wedge.handle import Wedge
 from pytest_wedge.scenarios.catalog import Scenario, catalog
 from pytest_wedge.scenarios.runner import run_scenario
 from pytest_wedge.spec.workers import WorkerSpec
+from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 CATALOG = {s.name: s for s in catalog()}
@@ -158,3 +159,51 @@ def test_command_workers_refuse_engine_faults_and_take_component_faults(
     wedge.revert(killed)  # starts it again from its command, and waits until it is ready
     assert topology.pids()["decode-0"] not in (None, pid)
     assert httpx.get(topology.worker_url("decode-0") + "/health").status_code == 200
+
+
+# A user's own decode: an aiohttp server whose /health and /v1/models (which smg's backend
+# detection asks) answer and whose generate endpoints accept a request and never answer; it
+# exports no metrics (every other path is 404).
+SILENT_DECODE = """
+import asyncio, sys
+from aiohttp import web
+
+async def health(request):
+    return web.Response(text="ok")
+
+async def never(request):
+    await asyncio.sleep(3600)
+
+async def models(request):
+    model = dict(id="stub-model", object="model", owned_by="sglang")
+    return web.json_response(dict(object="list", data=[model]))
+
+app = web.Application()
+app.router.add_get("/health", health)
+app.router.add_get("/v1/models", models)
+app.router.add_post("/generate", never)
+app.router.add_post("/v1/chat/completions", never)
+web.run_app(app, host=sys.argv[1], port=int(sys.argv[2]), print=None)
+"""
+
+
+def test_a_users_silent_worker_gets_a_verdict_its_report_does_not_rule_out(
+    wedge_factory: Any,
+) -> None:
+    silent = WorkerSpec(
+        kind="command", command=("{python}", "-c", SILENT_DECODE, "{host}", "{port}")
+    )
+    wedge = wedge_factory(prefill_worker=PREFILL, decode_worker=silent, stub={"ledger": False})
+    wedge.harness(agents=5, rounds=1, client_timeout_s=30)
+    wait_for(
+        lambda: len(wedge.ledger.by_origin("harness").overdue(1.0)) >= 3,
+        timeout_s=20,
+        what="3 overdue harness requests",
+    )
+    diagnosis = wedge.diagnose(origin="harness", overdue_after_s=1.0)
+    text = diagnosis.render()
+    ruled_out = {line.split(": ", 1)[0] for line in diagnosis.ruled_out}
+    assert diagnosis.location not in ruled_out, text
+    assert diagnosis.location in ("decode-0", "router->decode-0"), text
+    assert "decode-0: exports no engine gauges" in text, text
+    assert "running (sglang gauges)" not in text and "decode-0: 0 preallocating" not in text, text
