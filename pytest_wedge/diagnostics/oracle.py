@@ -15,7 +15,8 @@ The reference rule:
 - Documented exceptions, where a fault by its nature wedges elsewhere (:data:`ELSEWHERE`):
   ``DecodeOnlyRestart`` on ``decode-j`` wedges the transfers ``decode-j->prefill-i``
   (incidents.md 2); the requests the restart itself dropped are not that wedge, so its window
-  starts once the decode is back.
+  starts once the decode is back. A ``Restart`` of a decode is a decode-only restart too: the
+  streams it broke are held at the decode, the transfers after it on ``decode-j->prefill-i``.
 
 Other origins' activity is a red herring, reported apart."""
 
@@ -56,6 +57,8 @@ ENDED = ("ok", "error", "aborted", "released")
 ELSEWHERE = {
     "DecodeOnlyRestart": "a decode restarted without its prefills wedges its KV transfers "
     "decode->prefill (incidents.md 2)",
+    "Restart": "a decode restarted alone is a decode-only restart: the transfers after it wedge "
+    "on decode->prefill (incidents.md 2)",
 }
 WHY_NOT_RUNNING = {
     "paused": "paused (SIGSTOP: TCP still accepts, nothing answers)",
@@ -177,7 +180,10 @@ def place(
 def elsewhere(fault: InjectedFault, location: str, prefill: Sequence[str]) -> str | None:
     """Why ``location`` is where ``fault`` wedges by its nature, though it is not the fault's
     hop (a documented exception); None when it is not such a place."""
-    if fault.kind == "DecodeOnlyRestart" and location in {f"{fault.target}->{p}" for p in prefill}:
+    alone = fault.kind == "DecodeOnlyRestart" or (
+        fault.kind == "Restart" and fault.target.startswith("decode-")
+    )
+    if alone and location in {f"{fault.target}->{p}" for p in prefill}:
         return ELSEWHERE[fault.kind]
     return None
 

@@ -75,17 +75,27 @@ _GONE_PREFILL = {"bootstrap_host": "127.0.0.1", "bootstrap_port": 1, "bootstrap_
 
 
 def test_liveness_restarts_a_paused_decode_through_a_graceful_stop(wedge: Any) -> None:
+    """The kubelet's act, not whether it heals: a decode restarted alone strands the KV
+    transfers of the requests the router retries onto it (incident 2), as it would in a pod."""
     before = wedge.topology.runtime.pid("decode-0")
     dog = KubernetesProbes("decode-0", liveness("/health", failureThreshold=2))
-    with wedge.expect_cleared(within_s=8, watchdogs=[dog], require_recovery=False) as check:
+    dog.arm(wedge)
+    try:
         wedge.apply(Pause("decode-0"))
+        paused_at = wedge.faults.windows[-1].started
         wedge.harness(agents=4, rounds=1)
-    (row,) = check.watchdog_rows
-    assert row["case"] == "cleared" and row["fired"], row
-    assert row["action_started"] >= row["first_at"]  # decided first, then restarted
-    assert 2.0 <= row["first_at"] - check.onset <= 5.0, row
-    assert (
-        "(SIGTERM, SIGKILL after the runtime's grace; the spec's grace is 30 s)" in (row["outcome"])
+        wait_for(
+            lambda: any(f.action_ended for f in dog.firings(wedge)),
+            timeout_s=15,
+            what="the liveness restart",
+        )
+    finally:
+        dog.disarm(wedge)
+    firing = dog.firings(wedge)[0]
+    assert firing.action_started is not None and firing.action_started >= firing.at
+    assert 2.0 <= firing.at - paused_at <= 6.0, firing
+    assert "(SIGTERM, SIGKILL after the runtime's grace; the spec's grace is 30 s)" in (
+        firing.outcome
     )
     assert wedge.topology.runtime.pid("decode-0") not in (None, before)
 

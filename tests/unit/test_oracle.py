@@ -266,13 +266,18 @@ def test_breakers_opened_by_a_failing_prefill_are_that_prefill() -> None:
         ("DecodeOnlyRestart", "decode-1->prefill-0", True),
         ("DecodeOnlyRestart", "decode-1", False),  # its own hop: no exception needed
         ("DecodeOnlyRestart", "decode-0->prefill-0", False),  # another decode's transfer
-        ("Restart", "decode-1->prefill-0", False),
+        ("Restart", "decode-1->prefill-0", True),  # a decode restarted alone
         ("Crash", "router", False),
     ],
 )
 def test_documented_exceptions(kind: str, location: str, documented: bool) -> None:
     why = elsewhere(InjectedFault(kind, "decode-1", NOW), location, ["prefill-0", "prefill-1"])
     assert (why is not None) is documented
+
+
+def test_a_restarted_prefill_wedges_no_transfer_by_its_nature() -> None:
+    restarted = InjectedFault("Restart", "prefill-0", NOW)
+    assert elsewhere(restarted, "decode-0->prefill-0", ["prefill-0"]) is None
 
 
 def test_wedged_requests_are_overdue_or_failed_in_the_window() -> None:
