@@ -5,6 +5,7 @@ Requests go out on schedule whether or not earlier ones finished, bounded by a c
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,6 +65,8 @@ class StrayRequester(BackgroundLoad):
         self.rate_per_s = rate_per_s
         self.max_requests = max_requests
         self.stream = stream
+        # Each request's slot on its open-loop schedule, as wall-clock time (time.time()).
+        self.slots: list[float] = []
         self.seed = prompt_seed(seed, self.origin, self.run_id)
         self.max_concurrency = max_concurrency
 
@@ -80,6 +83,7 @@ class StrayRequester(BackgroundLoad):
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await slots.acquire()
+                self.slots.append(time.time() - (loop.time() - next_at))
                 next_at = max(next_at + interval, loop.time())
                 record = self.new_record(f"{n}", stream=self.stream)
                 messages = [{"role": "user", "content": fake.sentence(nb_words=8)}]

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_wedge.diagnostics.recovery import recovery
-
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
     from pytest_wedge.scenarios.runner import ScenarioResult
@@ -49,6 +47,8 @@ def scenario_row(name: str, wedge: Wedge, result: ScenarioResult, origin: str) -
         "cleared_by": "; ".join(cleared_by) or None,
         "time_to_clear_s": check.time_to_clear_s if check else None,
     }
+    from pytest_wedge.diagnostics.recovery import recovery  # only when a scenario ran
+
     records = [*wedge.ledger.by_origin("warmup"), *wedge.ledger.by_origin(origin)]
     if windows:
         first = windows[0]

@@ -155,6 +155,22 @@ MUTATIONS = {
         ScenarioFailed,
         "expected the wedge at decode-0->prefill-0, the diagnosis says none",
     ),
+    # Watchdogs as a detector plus an action, and the kubelet's probes.
+    "no-progress-restart-clears-a-stalled-decode": (
+        without_watchdogs,
+        ScenarioFailed,
+        "the wedge was not cleared within its budget",
+    ),
+    "liveness-on-health-never-fires-while-decode-is-wedged": (
+        without_faults,
+        ScenarioFailed,
+        "expected the wedge at decode-0, the diagnosis says none",
+    ),
+    "liveness-on-health-generate-kills-a-healthy-decode": (
+        without_watchdogs,
+        ScenarioFailed,
+        "expected a false positive on healthy work; the watchdogs left it alone",
+    ),
 }
 
 

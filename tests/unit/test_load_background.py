@@ -158,15 +158,6 @@ def test_a_crashing_load_reports_on_wait() -> None:
         second.stop()
 
 
-def _schedule(sent: list[float], interval: float) -> list[float]:
-    """The slots of an open-loop schedule, as StrayRequester keeps it: one interval after the
-    last slot, or at once when the loop woke too late for that (it slips, never bursts)."""
-    slots = [sent[0]]
-    for previous in sent[:-1]:
-        slots.append(max(slots[-1] + interval, previous))
-    return slots
-
-
 @pytest.mark.timeout(30)
 def test_stray_rate_is_honoured_on_its_own_schedule() -> None:
     rate, duration = 20, 1.0
@@ -177,12 +168,17 @@ def test_stray_rate_is_honoured_on_its_own_schedule() -> None:
         stray.start()
         assert stray.wait(20) and stray.hit_time_bound
     view = stray.ledger.by_origin("stray-1")
-    # When each request went out (its record is made the moment its slot comes), in order.
+    # When each request went out (its record is made once its slot comes), in order, and the
+    # slots the requester kept: the schedule, as it kept it (not rebuilt from a late record).
     sent = [r.created for r in stray.records]
-    slots = _schedule(sent, interval)
-    # Never ahead of the schedule: open loop, no bursts.
-    early = [n for n, (t, slot) in enumerate(zip(sent, slots, strict=True)) if t < slot - 0.002]
+    slots = stray.slots
+    assert len(slots) == len(sent)
+    # Never ahead of the schedule (the two clocks agree to well under a millisecond), and no
+    # burst: slots at least one interval apart.
+    early = [n for n, (t, slot) in enumerate(zip(sent, slots, strict=True)) if t < slot - 0.0005]
     assert not early, [(n, sent[n] - slots[n]) for n in early]
+    bursts = [n for n in range(1, len(slots)) if slots[n] - slots[n - 1] < interval - 0.0005]
+    assert not bursts, [(n, slots[n] - slots[n - 1]) for n in bursts]
     # The schedule had room for rate * duration slots (20), less what a loop that woke late
     # cost it (the slip, 0 on a quiet machine). No slot after the time bound: at most that
     # many. Every slot before it used: at least that many, less the slots lost before the
