@@ -204,7 +204,8 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     for d in decodes:
         if d.metrics_read:
             s.rule_out(f"{d.name}->prefill-*", f"{d.name} waits for no KV")
-    if (holder := _holder(decodes, n, strict=True)) is not None:
+    # A decode streaming the router's requests at a served pace holds none that got no head.
+    if (holder := _holder(decodes, n, strict=True, max_rate=STALL_RATE)) is not None:
         return _decode_holds(s, holder, what)
     for d in decodes:
         if (v := _lost_between(s, d, n)) is not None:

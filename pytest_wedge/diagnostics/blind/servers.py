@@ -99,7 +99,8 @@ class Worker:
 
     @property
     def held_for_router(self) -> float:
-        return max(0.0, self.held - self.direct)
+        # No more than the router counts in flight to it (the rest is someone else's).
+        return min(max(0.0, self.held - self.direct), max(0.0, self.in_flight))
 
     @property
     def missing(self) -> float:
