@@ -6,7 +6,6 @@ are imported only by the hooks and fixtures that need them.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from pytest_wedge.plugin.state import (
     plain_errors,
     plugin_of,
 )
+from pytest_wedge.plugin.summary import SummaryRows
 
 if TYPE_CHECKING:
     from pytest_wedge.handle import Wedge
@@ -49,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(setting.name, setting.help, type=setting.ini_type, default=None)
 
 
+SUMMARY_KEY = pytest.StashKey[SummaryRows]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -57,7 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     plugin = WedgePlugin(config)
     config.stash[PLUGIN_KEY] = plugin
-    _SUMMARY.clear()  # an in-process pytest run (pytester) starts its own table
+    config.stash[SUMMARY_KEY] = SummaryRows()
+    config.pluginmanager.register(config.stash[SUMMARY_KEY], "wedge-summary")
     if config.getoption("xmlpath", None) and not hasattr(config, "workerinput"):
         from pytest_wedge.plugin.junit import WedgeJUnit
 
@@ -167,36 +171,23 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         raise
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Gather each scenario's summary row, from whichever xdist worker ran it."""
-    from pytest_wedge.plugin.summary import ROW_PROPERTY
-
-    if report.when != "call":
-        return
-    for name, value in report.user_properties:
-        if name == ROW_PROPERTY:
-            _SUMMARY.append(json.loads(str(value)))
-
-
-_SUMMARY: list[dict[str, Any]] = []
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The scenarios' summary table; the reports of tests interrupted by Ctrl-C (they have no
     failure report to carry one)."""
     from pytest_wedge.plugin.failure import interrupted_reports
     from pytest_wedge.plugin.summary import render, write
 
-    if _SUMMARY:
-        rows = sorted(_SUMMARY, key=lambda row: str(row["scenario"]))
+    config = terminalreporter.config
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is not None and summary.rows:
+        rows = sorted(summary.rows, key=lambda row: str(row["scenario"]))
         terminalreporter.write_sep("=", f"wedge scenarios: {len(rows)} run")
         for line in render(rows):
             terminalreporter.write_line(line)
         with contextlib.suppress(OSError, ConfigError):
-            path = write(rows, plugin_of(terminalreporter.config).run_dir())
+            path = write(rows, plugin_of(config).run_dir())
             terminalreporter.write_line(f"summary: {path}")
-        _SUMMARY.clear()
-    for nodeid, text in interrupted_reports(terminalreporter.config):
+    for nodeid, text in interrupted_reports(config):
         terminalreporter.write_sep("_", f"wedge report: {nodeid} (interrupted)")
         terminalreporter.write_line(text)
 

@@ -70,6 +70,21 @@ def scenario_row(name: str, wedge: Wedge, result: ScenarioResult, origin: str) -
     return row
 
 
+class SummaryRows:
+    """A pytest plugin of one run: each scenario's row, gathered from whichever xdist worker
+    ran it (the row travels in the report's ``user_properties``)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == ROW_PROPERTY:
+                self.rows.append(json.loads(str(value)))
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_diagnostics_locator import NOW, record
 
 from pytest_wedge.diagnostics.oracle import (
     InjectedFault,
@@ -22,24 +23,10 @@ from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.snapshot import Snapshot
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
-NOW = 2_000_000.0
 
 
 def request(n: int, *, age: float = 2.0, **fields: Any) -> dict[str, Any]:
-    created = NOW - age
-    base = {
-        "request_id": f"harness-x-{n}",
-        "origin": "harness",
-        "created": created,
-        "sent": created + 0.001,
-        "first_byte": None,
-        "finished": None,
-        "tokens": 0,
-        "state": "pending",
-        "error": None,
-        "cut_by_stop": False,
-    }
-    return base | fields
+    return record(n, age=age, **fields)
 
 
 def entry(n: int, state: str, *, room: int | None = 7, tokens: int = 0, **ago: float) -> Any:
