@@ -94,6 +94,31 @@ def test_early_in_a_prefill_stall_the_one_prefill_holding_requests_is_named() ->
     located(obs, "prefill-1", "likely")
 
 
+def test_kv_of_requests_a_prefill_answered_straight_away_is_not_what_a_decode_waits_for() -> None:
+    # A stray sends straight to prefill-0, which answers each at once and keeps its KV; none
+    # is pending. decode-1 waits for 17 KVs: prefill-0's 13 ready are the stray's, not theirs.
+    answered = [
+        record(300 + i, origin="stray-1", target="prefill-0", age=1.0, state="ok", finished=NOW)
+        for i in range(13)
+    ]
+    obs = observed(
+        [*pending(4), *answered],
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=22, prefill_1=6, decode_0=11, decode_1=18),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 13.0},
+            "prefill-1": {"num_running_reqs": 5.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 6.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 17.0, "num_running_reqs": 1.0},
+        },
+    )
+    found = locate_blind(obs, "harness", 1.0)
+    assert not (found.location == "decode-1->prefill-0" and found.confidence == "certain"), (
+        found.render()
+    )
+
+
 def test_kv_ready_for_requests_sent_straight_to_a_prefill_names_no_transfer() -> None:
     # A stray sends straight to prefill-1: no decode will ever fetch those KVs. decode-1
     # waits for 12 KVs and nothing says from which prefill.

@@ -63,6 +63,7 @@ class Worker:
     metrics_read: bool  # its /metrics answered (else its gauges read as 0 and prove nothing)
     token_rate: float | None  # decode: generated tokens per second between the two samples
     direct_rate: float = 0.0  # tokens per second the client received straight from it
+    direct_answered: int = 0  # requests sent straight to it that it answered lately
     metrics_why: str = ""  # why its /metrics gave no gauges, when it did not answer
 
     # Decode: tokens per second for the router's requests (less what the client got directly).
@@ -89,7 +90,9 @@ class Worker:
     # samples; and the router's requests in flight to it that it does not hold now.
     @property
     def ready_for_router(self) -> float:
-        return max(0.0, self.kv_ready - self.direct)
+        # A prefill answers a request sent straight to it at once and keeps its KV, which no
+        # decode will fetch: those answered lately count against its KV ready too.
+        return max(0.0, self.kv_ready - self.direct - self.direct_answered)
 
     @property
     def prefilling_for_router(self) -> float:
@@ -131,6 +134,11 @@ class Worker:
             )
         direct = f", {self.direct} sent to it directly" if self.direct else ""
         return f"{self.name}: {held} (engine gauges); router in flight {self.in_flight:g}{direct}"
+
+
+# How long a prefill's unfetched KV of a request answered straight to it may stay ready: the
+# stubs' and SGLang's bootstrap wait is longer; this bounds how far back such answers count.
+KV_HOLD_S = 30.0
 
 
 def received_rates(records: list[ClientRecord], now: float) -> dict[str, float]:
@@ -227,11 +235,18 @@ class Servers:
         self.onset = onset
         direct = direct_records(obs)
         pending = {n: sum(r.get("state") == "pending" for r in rs) for n, rs in direct.items()}
+        # Lately: within the window a prefill keeps unfetched KV for (SGLang's bootstrap wait).
+        lately = obs.client_now - KV_HOLD_S
+        answered = {
+            n: sum(r.get("state") == "ok" and float(r.get("finished") or 0) >= lately for r in rs)
+            for n, rs in direct.items()
+        }
         self.workers = {
             n: worker_facts(obs, n, pending.get(n, 0), held_from) for n in obs.worker_names
         }
         for name, records in direct.items():
             self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
+            self.workers[name].direct_answered = answered.get(name, 0)
         self.ruled_out: list[str] = []
 
     # -- the router -------------------------------------------------------------------------
