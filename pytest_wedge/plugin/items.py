@@ -60,7 +60,10 @@ class ScenarioSelection:
     def listing(self) -> str:
         width = max((len(s.name) for s in self.all), default=0)
         lines = [f"{len(self.all)} wedge scenarios:"]
-        lines += [f"  {s.name.ljust(width)}  {s.summary}" for s in self.all]
+        for s in self.all:
+            lines.append(f"  {s.name.ljust(width)}  {s.summary}")
+            if s.source:
+                lines.append(f"  {''.ljust(width)}  source: {s.source}")
         if self.bad:
             lines.append(f"{len(self.bad)} scenario files that do not load (each fails its run):")
             lines += [f"  {b.path}: {b.error.headline}" for b in self.bad]

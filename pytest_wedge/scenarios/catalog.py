@@ -138,6 +138,7 @@ class Expect:
 TOP_KEYS = (
     "name",
     "summary",
+    "source",
     "incident",
     "timeout_s",
     "topology",
@@ -166,6 +167,8 @@ class Scenario:
     timeout_s: float = 60.0
     incident: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+    """Where the failure was seen in the field: the public issue or pull request it models."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def load_scenario(path: Path) -> Scenario:
     top = TableReader(path, data, "").only(*TOP_KEYS)
     name = top.take("name", str)
     summary = top.take("summary", str)
+    source = top.take("source", str, "")
     incident = top.take("incident", int, None)
     timeout_s = float(top.take("timeout_s", float, 60.0))
     if timeout_s == 0:  # pytest-timeout reads 0 as "no timeout": a hang would never end
@@ -336,6 +340,7 @@ def load_scenario(path: Path) -> Scenario:
         timeout_s,
         incident,
         {"routers": per_router},
+        source,
     )
 
 
