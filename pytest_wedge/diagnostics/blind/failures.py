@@ -182,11 +182,13 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     d = failing[0]
     failed = f"{d.transfer_failures:g} failed KV transfers in the window"
     line = f"{d.name} counted {failed} (num_bootstrap_failed_reqs, num_transfer_failed_reqs)"
-    if (v := still_prefilling(s, n, line)) is not None:
-        return v  # their KV never became ready: the transfer only timed out waiting for it
+    # A transfer link that does not carry /health is seen; a prefill still holding requests
+    # whose KV could not leave only looks like one that stalled.
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
+    if (v := still_prefilling(s, n, line)) is not None:
+        return v  # their KV never became ready: the transfer only timed out waiting for it
     p = s.failing("prefill")
     if _bootstrap_refused(s, d):
         if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:

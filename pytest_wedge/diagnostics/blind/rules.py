@@ -55,6 +55,37 @@ def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
     return s.lost_on(f"router->{w.name}", f"{w.sent_line(w.name)}, {held}: {lost}", w.load_line())
 
 
+def broken_transfer(s: Servers) -> Verdict | None:
+    """A decode waits for KV (or failed to take it) over a transfer link that does not carry
+    /health while the prefill's bootstrap server answers it directly. That is seen, not
+    inferred, so it comes before who holds the requests: a prefill whose KV cannot leave
+    still holds them queued or prefilling, which reads like a prefill that stalled."""
+    waiting = sorted(
+        (d for d in s.role("decode") if d.waiting_kv_now or d.transfer_failures),
+        key=lambda d: -(d.waiting_kv_now + d.transfer_failures),
+    )
+    for d in waiting:
+        waits = f"{d.name} has {d.waiting_kv_now:g} waiting for their KV"
+        failed = f", {d.transfer_failures:g} failed transfers in the window"
+        if (
+            v := _broken_link_of(s, d, waits + (failed if d.transfer_failures else ""))
+        ) is not None:
+            return v
+    return None
+
+
+def _broken_link_of(s: Servers, d: Worker, wait: str) -> Verdict | None:
+    prefills = s.role("prefill")
+    if (v := s.broken_path([f"{d.name}->{p.name}" for p in prefills])) is None:
+        return None
+    v.because.insert(0, wait)
+    if v.confidence == LIKELY and (
+        d.transfer_failures or any(p.ready_for_router for p in prefills)
+    ):
+        v.confidence = CERTAIN
+    return v
+
+
 def _transfer(s: Servers, d: Worker) -> Verdict:
     prefills = s.role("prefill")
     wait = (
@@ -63,12 +94,7 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
     if d.transfer_failures:
         failed = f"{d.transfer_failures:g} failed KV transfers in the window"
         wait += f" and counted {failed} (num_transfer_failed_reqs)"
-    if (v := s.broken_path([f"{d.name}->{p.name}" for p in prefills])) is not None:
-        v.because.insert(0, wait)
-        if v.confidence == LIKELY and (
-            d.transfer_failures or any(p.ready_for_router for p in prefills)
-        ):
-            v.confidence = CERTAIN
+    if (v := _broken_link_of(s, d, wait)) is not None:
         return v
     gaps = [p for p in prefills if s.obs.swallowed(f"{d.name}->{p.name}")]
     # A worker that restarted in the window dropped its connections with bytes in them (and its
@@ -147,6 +173,8 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     if (v := worker_down(s, [*prefills, *decodes])) is not None:
         return v
     if (v := s.broken_path([f"router->{w.name}" for w in s.workers.values()])) is not None:
+        return v
+    if (v := broken_transfer(s)) is not None:
         return v
     # Who holds about as many as are stuck, in both samples: a prefill queued or prefilling, a
     # decode waiting for KV or failing its transfers. Under load every worker has a few in
