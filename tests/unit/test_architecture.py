@@ -231,11 +231,12 @@ def test_a_root_import_counts_and_a_submodule_import_does_not(tmp_path: Path) ->
 
 
 def test_the_architecture_doc_states_the_same_order() -> None:
-    """The doc's rule is one line per layer, in a fenced block after "## The dependency rule"."""
+    """The doc's rule is the layers top to bottom, separated by ``>``, in a fenced block after
+    "## The dependency rule"."""
     text = ARCHITECTURE.read_text()
     section = text.split("## The dependency rule", 1)[1]
     block = section.split("```", 2)[1]
-    layers = [tuple(line.split()) for line in block.splitlines() if line.strip()]
+    layers = [tuple(part.split()) for part in block.split(">") if part.strip()]
     assert tuple(layers[::-1]) == FOLDER_ORDER
 
 
