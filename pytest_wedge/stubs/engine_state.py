@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -269,7 +270,7 @@ class Engine:
                 continue
             elif idle is not None and now - max(arrived, self.last_decode_progress) > idle:
                 self._fire("bootstrap_no_progress", entry, BOOTSTRAP_TIMEOUT)
-            elif boot is not None and now - arrived > boot:
+            elif boot is not None and now - self._kv_deadline_start(entry) > boot:
                 self._fire("bootstrap_timeout", entry, BOOTSTRAP_TIMEOUT)
 
     def _transferring_unwatched(self, entry: Entry) -> bool:
@@ -277,6 +278,13 @@ class Engine:
         only while waiting for input (timeout_skips_transferring)."""
         started = "kv_first_byte" in entry.t
         return started and self.faults.find("timeout_skips_transferring", entry.origin) is not None
+
+    def _kv_deadline_start(self, entry: Entry) -> float:
+        """SGLang's bootstrap deadline runs from arrival (the KVSender's init_time); vLLM's
+        VLLM_NIXL_ABORT_REQUEST_TIMEOUT from when the KV is ready, held for a remote decode."""
+        if self.config.protocol == "vllm":
+            return entry.t.get("kv_ready", math.inf)
+        return entry.t["arrived"]
 
     def _unbootstrapped(self, entry: Entry) -> bool:
         """A prefill request whose decode has not come for its room yet (KVPoll.Bootstrapping)."""
