@@ -238,8 +238,9 @@ class RefuseBootstrap(EngineFault):
 class BlockingBootstrapCall(EngineFault):
     """The decode fetches a prefill's parallel info (``GET /route`` on its bootstrap server)
     on its scheduler loop, as SGLang did before pull request #34865: a synchronous call of
-    ``timeout_ms``, tried up to ``retries`` times per bootstrap address, during which no
-    stream on the decode gets a token. Adding the fault empties the decode's cache of that
+    ``timeout_ms``, tried up to ``retries`` times per bootstrap address (one try per scheduling
+    cycle), during which no stream on the decode gets a token: every stream's inter-token
+    latency becomes the call's timeout. Adding the fault empties the decode's cache of that
     info (its heartbeat evicted an address that stopped answering); a revert moves the fetch
     off the loop again (the fix). An address that answers costs one short call; one that
     does not answer (a black hole, not a refusal) freezes the loop for ``timeout_ms`` x
