@@ -314,6 +314,9 @@ def _prefill_only(ctx: Context, record: ClientRecord, p: Seen) -> Hold:
 
 def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None) -> Hold:
     where = f"{d.component} (waiting for KV)"
+    if "BlockingBootstrapCall" in ctx.faulty.get(d.component, ""):
+        # Its scheduler loop is held by a call to a prefill: no transfer of it moves.
+        return Hold(where, d.component, f"{d.component}'s loop is held by a bootstrap call")
     if p is None:
         gap = ctx.lost_among(record, ctx.snapshot.prefill)
         return Hold(where, gap, f"{d.component} waits for KV; no prefill ledger has the request")

@@ -4,6 +4,7 @@ Every concrete fault is registered by name (``FAULT_REGISTRY``); ``@register`` a
 """
 
 from pytest_wedge.faults.engine import (
+    BlockingBootstrapCall,
     Crash,
     EngineFault,
     ErrorStatus,
@@ -15,6 +16,7 @@ from pytest_wedge.faults.engine import (
     StallBeforeFirstToken,
     StallBootstrap,
     StallKvTransfer,
+    TimeoutSkipsTransferring,
 )
 from pytest_wedge.faults.fault import (
     Fault,
@@ -49,6 +51,7 @@ from pytest_wedge.faults.registry import FAULT_REGISTRY, register
 __all__ = [
     "FAULT_REGISTRY",
     "Bandwidth",
+    "BlockingBootstrapCall",
     "CoRestart",
     "ComponentFault",
     "Crash",
@@ -80,6 +83,7 @@ __all__ = [
     "StallKvTransfer",
     "Terminate",
     "Timeout",
+    "TimeoutSkipsTransferring",
     "Toxic",
     "register",
 ]

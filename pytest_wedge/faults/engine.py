@@ -124,9 +124,15 @@ class StallBootstrap(EngineFault):
 class StallKvTransfer(EngineFault):
     """The prefill accepts the decode's bootstrap handshake and never delivers the KV: the
     transfer channel is unreachable while every port answers and ``/health`` is 200 (sglang
-    issue #23342). A revert sends the KV."""
+    issue #23342). A revert sends the KV.
+
+    ``midway=True``: the transfer starts (the head and part of the KV go out) and its end
+    never comes, so the decode's receiver is in ``KVPoll.Transferring``, not waiting for
+    input (sglang pull request #31800)."""
 
     target: str = field(default="prefill-0", kw_only=False)
+    midway: bool = stub_default("stall_kv_transfer", "midway")
+    """Send the head and part of the KV before the stall: the transfer has started."""
     kind: ClassVar[str] = "stall_kv_transfer"
     roles: ClassVar[tuple[str, ...]] = ("prefill",)
 
@@ -225,3 +231,39 @@ class RefuseBootstrap(EngineFault):
     target: str = field(default="prefill-0", kw_only=False)
     kind: ClassVar[str] = "refuse_bootstrap"
     roles: ClassVar[tuple[str, ...]] = ("prefill",)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class BlockingBootstrapCall(EngineFault):
+    """The decode fetches a prefill's parallel info (``GET /route`` on its bootstrap server)
+    on its scheduler loop, as SGLang did before pull request #34865: a synchronous call of
+    ``timeout_ms``, tried up to ``retries`` times per bootstrap address (one try per scheduling
+    cycle), during which no stream on the decode gets a token: every stream's inter-token
+    latency becomes the call's timeout. Adding the fault empties the decode's cache of that
+    info (its heartbeat evicted an address that stopped answering); a revert moves the fetch
+    off the loop again (the fix). An address that answers costs one short call; one that
+    does not answer (a black hole, not a refusal) freezes the loop for ``timeout_ms`` x
+    ``retries``, then its requests fail."""
+
+    target: str = field(default="decode-0", kw_only=False)
+    timeout_ms: float = stub_default("blocking_bootstrap_call", "timeout_ms")
+    """One attempt's timeout, in milliseconds (``requests.get(timeout=5)`` in SGLang)."""
+    retries: int = stub_default("blocking_bootstrap_call", "retries")
+    """Attempts per bootstrap address before its requests fail (SGLang's 15)."""
+    kind: ClassVar[str] = "blocking_bootstrap_call"
+    roles: ClassVar[tuple[str, ...]] = ("decode",)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class TimeoutSkipsTransferring(EngineFault):
+    """The decode's transfer timeout is checked only while a request waits for its KV to start
+    (``KVPoll.WaitingForInput``), never once the transfer has started (``Transferring``):
+    sglang pull request #31800, vLLM issue #35943. A transfer whose end never comes never
+    fails, and its preallocation slot stays taken. A revert arms the timeout in every state
+    (the fix)."""
+
+    target: str = field(default="decode-0", kw_only=False)
+    kind: ClassVar[str] = "timeout_skips_transferring"
+    roles: ClassVar[tuple[str, ...]] = ("decode",)

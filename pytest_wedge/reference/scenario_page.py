@@ -136,6 +136,8 @@ as the Python constructors; a file with a mistake fails alone, as the item
 TOP_KEY_MEANINGS = {
     "name": "Required: the scenario's name, unique in the catalog; its node id.",
     "summary": "Required: one line, shown by `--wedge-scenarios=list`.",
+    "source": "Where the failure was seen: the public issue or pull request it models "
+    "(shown by `--wedge-scenarios=list`).",
     "incident": "Which incident it reproduces (an integer).",
     "timeout_s": "The scenario's pytest-timeout, in seconds (default 60).",
     "topology": "The topology: [topology.md](topology.md).",

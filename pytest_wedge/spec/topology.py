@@ -60,6 +60,9 @@ class StubOptions:
     bootstrap_no_progress_s: float = 0.0
     """Prefill: fail the requests no decode came for once none came for any room this long
     (a no-progress bootstrap deadline; 0: off)."""
+    kv_slots: int = 0
+    """Prefill: requests whose KV it holds at once, from admission until a decode has taken
+    it or it expired; the rest wait for blocks (0: no limit)."""
     protocol: str = "sglang"
     """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
     (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""

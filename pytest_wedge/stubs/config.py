@@ -43,6 +43,7 @@ class StubConfig:
     transfer_timeout_s: float | None = None
     bootstrap_timeout_s: float = 300.0
     bootstrap_no_progress_s: float | None = None
+    kv_slots: int = 0  # 0: no limit
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -84,6 +85,8 @@ HELP = {
     "(default), or until the request ends (its KV memory held through generation)",
     "bootstrap_no_progress_s": "prefill: fail a request no decode came for once no decode has "
     "come for any room for this long (a no-progress bootstrap deadline; 0: off)",
+    "kv_slots": "prefill: requests whose KV it holds at once, from admission until a decode "
+    "has taken it or it expired; the rest wait for blocks (default 0: no limit)",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",
@@ -129,6 +132,8 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
         parser.error("--max-running must be >= 1 and --max-queue >= 0")
     if ns.prealloc_slots < 0:
         parser.error("--prealloc-slots must be >= 0 (0: twice --max-running)")
+    if ns.kv_slots < 0:
+        parser.error("--kv-slots must be >= 0 (0: no limit)")
     if ns.protocol == "vllm" and ns.role == "prefill" and not ns.bootstrap_port:
         parser.error("--protocol vllm needs --bootstrap-port on a prefill: its KV side channel")
     given = {f.name: getattr(ns, f.name) for f in fields(StubConfig) if f.name not in NOT_FLAGS}

@@ -56,6 +56,7 @@ class KvClient:
         # and a second fetch for the same room would hide the abort the prefill must see.
         try:
             async with self.session().post(url, params=params) as resp:
+                entry.mark("kv_first_byte")  # KVPoll.Transferring: the KV has started to come
                 await resp.read()
                 status = resp.status
         except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
@@ -68,6 +69,32 @@ class KvClient:
             self.engine.counters.bootstrap_failed += 1
             raise Failed(502, f"bootstrap failed: prefill answered {status}")
 
+    async def prefill_info(self, info: RequestInfo, entry: Entry) -> None:
+        """With ``blocking_bootstrap_call``: fetch the prefill's parallel info on the scheduler
+        loop, as SGLang's ``try_ensure_parallel_info`` did before pull request #34865. One call
+        at a time (one scheduler thread); while it runs no stream on this decode steps."""
+        engine, addr = self.engine, self.target(info)
+        while (fault := engine.faults.find("blocking_bootstrap_call", info.origin)) is not None:
+            known = engine.prefill_info.get(addr, 0)
+            if known is True:
+                return
+            if known >= fault.retries:
+                engine.counters.bootstrap_failed += 1
+                raise Failed(502, f"bootstrap failed: no parallel info from {addr}")
+            async with engine.scheduler_turn:
+                if engine.prefill_info.get(addr, 0) != known:
+                    continue  # another request's call settled it meanwhile
+                engine.scheduler_free.clear()
+                try:
+                    timeout = aiohttp.ClientTimeout(total=fault.timeout_ms / 1000.0)
+                    async with self.session().get(f"http://{addr}/route", timeout=timeout) as r:
+                        await r.read()
+                    engine.prefill_info[addr] = r.status == 200 or known + 1
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    engine.prefill_info[addr] = known + 1
+                finally:
+                    engine.scheduler_free.set()
+
 
 async def transfer(engine: Engine, kv: KvClient, info: RequestInfo, entry: Entry) -> None:
     """Take a preallocation slot (FIFO), fetch the KV, and give the slot back: at once when the
@@ -75,6 +102,8 @@ async def transfer(engine: Engine, kv: KvClient, info: RequestInfo, entry: Entry
     kv.target(info)  # a request without a bootstrap address never takes a slot
     # A decode that never leaves bootstrapping holds it here, before the prefill hears of it.
     await engine.stall(entry, "stall_bootstrap")
+    if engine.faults:
+        await until_released(entry, kv.prefill_info(info, entry))
     await until_released(entry, engine.prealloc.take(entry))
     engine.move(entry, "transfer", "transfer_start")
     try:
@@ -121,6 +150,8 @@ async def handle(
             if i:
                 # sleep(0) still yields, so one fast stream cannot starve the others.
                 await asyncio.sleep(itl)
+            if not engine.scheduler_free.is_set():  # a call on the scheduler loop holds it
+                await until_released(entry, engine.scheduler_free.wait())
             if i == stall_at:
                 # After the step's sleep: once the stall ends, the next token goes out at once.
                 await engine.stall(entry, "stall_after_tokens")

@@ -14,7 +14,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "stall_before_first_token": {},
     "stall_after_tokens": {"tokens": None},
     "stall_bootstrap": {},
-    "stall_kv_transfer": {},
+    "stall_kv_transfer": {"midway": False},
     "pin_on_abort": {},
     "serialize": {},
     "error_status": {
@@ -28,9 +28,11 @@ KINDS: dict[str, dict[str, Any]] = {
     "slow_tokens": {"itl_ms": None},
     "crash": {"exit_code": 1},
     "refuse_bootstrap": {},
+    "blocking_bootstrap_call": {"timeout_ms": 5000.0, "retries": 15},
+    "timeout_skips_transferring": {},
 }
 # Limits a listing shows only where they limit: an unlimited error_status reads as before.
-QUIET_AT_DEFAULT = frozenset({"first_n", "probability", "after_kv_taken", "delay_ms"})
+QUIET_AT_DEFAULT = frozenset({"first_n", "probability", "after_kv_taken", "delay_ms", "midway"})
 
 
 class FaultError(ValueError):
@@ -51,6 +53,9 @@ class StubFault:
     probability: float = 1.0
     after_kv_taken: bool = False
     delay_ms: float = 0.0
+    midway: bool = False
+    timeout_ms: float = 0.0
+    retries: int = 0
 
     def matches(self, origin: str) -> bool:
         return self.origin is None or self.origin == origin
@@ -108,6 +113,9 @@ CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "probability": _probability,
     "after_kv_taken": _of_type(bool, "true or false"),
     "delay_ms": _ms,
+    "midway": _of_type(bool, "true or false"),
+    "timeout_ms": _ms,
+    "retries": lambda kind, key, v: _int(kind, key, v, 1, 1000),
 }
 
 

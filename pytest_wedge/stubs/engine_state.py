@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -65,7 +66,17 @@ class Engine:
         self.rooms: dict[int, Room] = {}
         self.ended_rooms = EndedRooms()
         self.peers: dict[str, str] = {}  # decode --name -> instance it first exchanged KV with
+        # Decode: each prefill's parallel info by bootstrap address, True once fetched, else
+        # the failed attempts; and the scheduler loop, frozen by a call made on it.
+        self.prefill_info: dict[str, bool | int] = {}
+        self.scheduler_free = asyncio.Event()
+        self.scheduler_free.set()
+        self.scheduler_turn = asyncio.Lock()
         self._holding: set[Entry] = set()
+        # Prefill KV blocks (--kv-slots): a request's are held until a decode took its KV, or
+        # until it expired (VLLM_NIXL_ABORT_REQUEST_TIMEOUT, the bootstrap deadline here).
+        self.kv_blocks = SlotPool(config.kv_slots) if config.kv_slots else None
+        self._holding_kv: set[Entry] = set()
         self._pins: set[asyncio.Task[None]] = set()
         self._watchdog_task: asyncio.Task[None] | None = None
 
@@ -108,6 +119,12 @@ class Engine:
             )
         self.free_slot(entry)
 
+    async def take_kv_blocks(self, entry: Entry) -> None:
+        """Wait (FIFO) for KV blocks on a prefill with ``--kv-slots``."""
+        if self.kv_blocks is not None:
+            await self.kv_blocks.acquire()
+            self._holding_kv.add(entry)
+
     async def take_slot(self, entry: Entry) -> None:
         await self.slots.acquire()
         self._holding.add(entry)
@@ -119,6 +136,9 @@ class Engine:
         if entry in self._holding:
             self._holding.discard(entry)
             self.slots.release()
+        if entry.final and entry in self._holding_kv and self.kv_blocks is not None:
+            self._holding_kv.discard(entry)
+            self.kv_blocks.release()
 
     def add_tokens(self, entry: Entry, n: int) -> None:
         self.ledger.add_tokens(entry, n)
@@ -150,6 +170,7 @@ class Engine:
 
     def _on_faults_changed(self) -> None:
         self.apply_capacity()
+        self.prefill_info.clear()  # blocking_bootstrap_call: the heartbeat evicted them
         changed, self._faults_changed = self._faults_changed, asyncio.Event()
         changed.set()  # wakes every stalled request to re-check its stall
 
@@ -242,14 +263,28 @@ class Engine:
                 transfer is not None
                 and state in ("prealloc", "transfer")
                 and (now - entry.t.get("transfer_start", arrived) > transfer)
+                and not self._transferring_unwatched(entry)
             ):
                 self._fire("transfer_timeout", entry, TRANSFER_TIMEOUT)
             elif not self._unbootstrapped(entry):
                 continue
             elif idle is not None and now - max(arrived, self.last_decode_progress) > idle:
                 self._fire("bootstrap_no_progress", entry, BOOTSTRAP_TIMEOUT)
-            elif boot is not None and now - arrived > boot:
+            elif boot is not None and now - self._kv_deadline_start(entry) > boot:
                 self._fire("bootstrap_timeout", entry, BOOTSTRAP_TIMEOUT)
+
+    def _transferring_unwatched(self, entry: Entry) -> bool:
+        """The KV has started to arrive (KVPoll.Transferring) and the engine checks its timeout
+        only while waiting for input (timeout_skips_transferring)."""
+        started = "kv_first_byte" in entry.t
+        return started and self.faults.find("timeout_skips_transferring", entry.origin) is not None
+
+    def _kv_deadline_start(self, entry: Entry) -> float:
+        """SGLang's bootstrap deadline runs from arrival (the KVSender's init_time); vLLM's
+        VLLM_NIXL_ABORT_REQUEST_TIMEOUT from when the KV is ready, held for a remote decode."""
+        if self.config.protocol == "vllm":
+            return entry.t.get("kv_ready", math.inf)
+        return entry.t["arrived"]
 
     def _unbootstrapped(self, entry: Entry) -> bool:
         """A prefill request whose decode has not come for its room yet (KVPoll.Bootstrapping)."""
@@ -289,6 +324,7 @@ class Engine:
             bootstrap_no_progress_s=cfg.bootstrap_no_progress_s,
         )
         self.peers.clear()
+        self.scheduler_free.set()
         for entry in list(self.ledger.active):
             self.release(entry, RESET)
         for room in self.rooms.values():
@@ -312,6 +348,13 @@ class Engine:
             for e in self.ledger.active
             if e.state in ("running", "prefilling", "inflight")
         )
+
+    def kv_usage(self) -> float:
+        """The KV cache's used fraction: tokens held, or a prefill's --kv-slots blocks."""
+        used = min(1.0, self.used_tokens() / self.config.max_total_tokens)
+        if self.kv_blocks is not None:
+            used = max(used, min(1.0, self.kv_blocks.used / self.kv_blocks.capacity))
+        return used
 
     def prefill_prealloc(self) -> int:
         """Prefill requests whose decode has not come for the KV yet (SGLang's bootstrap queue)."""

@@ -54,7 +54,7 @@ def gauge_values(engine: Engine) -> dict[str, float]:
         "num_running_reqs": running,
         "num_queue_reqs": led.count("queued"),
         "num_used_tokens": used,
-        "token_usage": min(1.0, used / cfg.max_total_tokens),
+        "token_usage": engine.kv_usage(),
         "gen_throughput": engine.throughput.rate() if decode else 0.0,
         "cache_hit_rate": 0.0,
         "max_total_num_tokens": cfg.max_total_tokens,
@@ -102,7 +102,7 @@ def vllm_families(engine: Engine) -> tuple[dict[str, str], list[Family]]:
     capacity = float(led.count("queued") + (led.count("prealloc") if decode else 0))
     deferred = float(led.count("transfer") + engine.prealloc.orphaned if decode else 0)
     running = led.count("running") if decode else led.count("prefilling")
-    usage = min(1.0, engine.used_tokens() / cfg.max_total_tokens)
+    usage = engine.kv_usage()
     gauges = {
         "num_requests_running": ("Number of requests in model execution batches.", running),
         "num_requests_waiting": (

@@ -62,6 +62,7 @@ async def handle(
     async def _prefill(reply: Reply, entry: Entry) -> web.StreamResponse:
         if room is not None:
             room.entry = entry
+        await until_released(entry, engine.take_kv_blocks(entry))
         await admit(engine, entry, "prefilling")
         await engine.stall(entry, "stall_before_first_token")
         await until_released(
@@ -129,20 +130,34 @@ async def kv_fetch(request: web.Request) -> web.StreamResponse:
             if not room.kv_ready.is_set() or room.entry is None:
                 return await send_error(request, 503, "prefill request ended before KV was ready")
             room.entry.mark("transfer_start")
+            payload = json.dumps(
+                {
+                    "room": room_id,
+                    "prompt_tokens": room.entry.prompt_tokens,
+                    "prefill": engine.config.component,
+                    "prefill_instance": engine.config.instance_id,
+                }
+            ).encode()
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            stall = engine.faults.find("stall_kv_transfer", room.entry.origin)
+            if stall is not None and stall.midway:
+                await resp.prepare(request)  # the transfer has started: part of the KV is out
+                await resp.write(payload[: len(payload) // 2])
             try:
                 # The handshake is done; a transfer channel that never delivers holds the KV.
                 await engine.stall(room.entry, "stall_kv_transfer")
             except Released:
-                return await send_error(request, 503, "prefill request ended during the transfer")
-            payload = {
-                "room": room_id,
-                "prompt_tokens": room.entry.prompt_tokens,
-                "prefill": engine.config.component,
-                "prefill_instance": engine.config.instance_id,
-            }
-            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-            await resp.prepare(request)
-            await resp.write(json.dumps(payload).encode())
+                if not resp.prepared:
+                    return await send_error(
+                        request, 503, "prefill request ended during the transfer"
+                    )
+                if request.transport is not None:
+                    request.transport.abort()  # the decode sees its transfer fail
+                return resp
+            if not resp.prepared:
+                await resp.prepare(request)
+                await resp.write(payload[: len(payload) // 2])
+            await resp.write(payload[len(payload) // 2 :])
             await resp.write_eof()
             room.fetched.set()
             return resp
@@ -159,9 +174,16 @@ async def bootstrap_health(request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
+async def parallel_info(request: web.Request) -> web.Response:
+    """What SGLang's bootstrap server answers on ``/route`` to a decode that asks for this
+    prefill's parallel layout (``try_ensure_parallel_info``)."""
+    return web.json_response({"prefill_tp_size": 1, "prefill_dp_size": 1, "prefill_pp_size": 1})
+
+
 def bootstrap_app(engine: Engine) -> web.Application:
     app = web.Application()
     app[ENGINE] = engine
     app.router.add_post("/kv/{room}", kv_fetch)
     app.router.add_get("/health", bootstrap_health)
+    app.router.add_get("/route", parallel_info)
     return app

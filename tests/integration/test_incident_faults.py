@@ -8,12 +8,17 @@ import httpx
 import pytest
 
 from pytest_wedge.faults import (
+    BlockingBootstrapCall,
     CoRestart,
     DecodeOnlyRestart,
+    ErrorStatus,
     Pause,
     PinOnAbort,
     Serialize,
     StallAfterTokens,
+    StallKvTransfer,
+    Timeout,
+    TimeoutSkipsTransferring,
 )
 from pytest_wedge.load import Aborter, LostRequestsError
 from pytest_wedge.waiting import observe, wait_for
@@ -281,3 +286,79 @@ def test_lost_requests_are_named_in_the_failure(wedge):
     for record in wedge.ledger.by_origin("harness"):
         assert record.request_id in message
     assert "To fix this" in message
+
+
+@pytest.mark.wedge(
+    prefill=2,
+    router_args=["--policy", "round_robin", "--disable-circuit-breaker"],
+    stub={"itl_ms": 20.0},
+)
+def test_a_blocking_bootstrap_call_to_a_black_hole_freezes_an_unrelated_stream(wedge):
+    """sglang pull request #34865: the parallel-info fetch on the decode's scheduler loop. A
+    stream with no prefill at all stops while the call to a black-holed prefill runs, then
+    goes on; the black-holed prefill's requests fail once their tries are spent."""
+    stray = wedge.stray("decode-0", rate_per_s=1, max_requests=1, max_tokens=400)
+    wait_for(
+        lambda: tokens_by_origin(wedge, "decode-0").get("stray-1", 0) > 5,
+        timeout_s=10,
+        what="the unrelated stream to start",
+    )
+    wedge.apply(Timeout("decode-0->prefill-1", timeout_ms=0))
+    wedge.apply(BlockingBootstrapCall("decode-0", timeout_ms=400, retries=2))
+    harness = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
+    stray_tokens = lambda: tokens_by_origin(wedge, "decode-0").get("stray-1", 0)  # noqa: E731
+    # 20 ms a token, yet none for 0.3 s: each try holds the loop for its 0.4 s timeout (the
+    # loop steps once between two tries, as SGLang's scheduler does between two cycles).
+    wait_for(stopped_changing(stray_tokens, quiet_s=0.3), timeout_s=5, what="the freeze")
+    frozen_at = stray_tokens()
+    wait_for(lambda: stray_tokens() > frozen_at, timeout_s=5, what="the stream to go on")
+    assert harness.wait(20)
+    assert wedge.stub("decode-0").state()["counters"]["bootstrap_failed"] >= 1
+    stray.stop()
+    wedge.faults.revert_all()
+    wedge.assert_nothing_lost("harness")
+
+
+def test_a_transfer_stalled_midway_escapes_a_timeout_checked_only_while_waiting(wedge):
+    """sglang pull request #31800: once the KV has started to arrive, a receiver that checks
+    its timeout only while waiting for input never fails the request; the fix (the fault
+    reverted) fails it at the next check."""
+    wedge.stub("decode-0").set_watchdogs(transfer_timeout_s=0.3)
+    wedge.apply(StallKvTransfer("prefill-0", origin="harness", midway=True))
+    harness = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
+    with wedge.fault(TimeoutSkipsTransferring("decode-0", origin="harness")):
+        wait_for(
+            lambda: wedge.stub("decode-0").state()["transfer"] == 2,
+            timeout_s=10,
+            what="both transfers to start",
+        )
+        held = observe(lambda: wedge.stub("decode-0").state()["firings"], for_s=1.0)
+        assert all(not firings for firings in held), held
+    wait_for(
+        lambda: wedge.stub("decode-0").state()["firings"],
+        timeout_s=5,
+        what="the transfer timeout to fire once it is armed in Transferring",
+    )
+    wedge.faults.revert_all()
+    assert harness.wait(20)
+    wedge.assert_nothing_lost("harness")
+
+
+@pytest.mark.wedge(worker_protocol="vllm", stub={"kv_slots": 1})
+def test_a_decode_rejection_strands_the_prefills_kv_until_it_expires(wedge):
+    """vLLM pull request #41269: the decode's 4xx before admission leaves the prefill's blocks
+    held; with room for one request's KV the next waits at the prefill, with KV usage at 1 and
+    nothing running, until the KV expires (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)."""
+    wedge.apply(ErrorStatus("decode-0", origin="harness", status=400, first_n=1))
+    harness = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
+    wait_for(
+        lambda: wedge.stub("prefill-0").state()["queued"] == 1,
+        timeout_s=10,
+        what="the second request to wait for KV blocks at prefill-0",
+    )
+    assert wedge.metric("prefill-0", "vllm:kv_cache_usage_perc") == 1.0
+    assert wedge.metric("prefill-0", "vllm:num_requests_running") == 0.0
+    wedge.stub("prefill-0").set_watchdogs(bootstrap_timeout_s=0.5)
+    assert harness.wait(20)
+    states = wedge.ledger.by_origin("harness").states()
+    assert states.get("error") == 1 and states.get("ok") == 1, states

@@ -8,6 +8,7 @@ import pytest
 from pytest_wedge.faults import ErrorStatus
 from pytest_wedge.routers.adapters import SGLANG_ROUTER, VLLM_ROUTER
 from pytest_wedge.routers.envs import ready_env
+from pytest_wedge.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -233,6 +234,9 @@ def test_vllm_router_waits_for_its_workers_then_serves_sglang_stubs_with_origin_
     _ok_harness(wedge)
     decode = wedge.worker_ledgers()["decode-0"]["entries"]
     assert [e["origin"] for e in decode if e["origin"] == "harness"] == ["harness"] * 5
+    # No bootstrap room: the decode takes no preallocation slot and fetches no KV (cited by
+    # liveness-on-health-generate-kills-a-healthy-decode).
+    assert [e["room"] for e in decode if e["origin"] == "harness"] == [None] * 5
 
 
 def test_vllm_router_has_no_stream_body_stall_flag_and_exits_2_on_it() -> None:
@@ -273,6 +277,32 @@ def test_vllm_router_cuts_a_stream_at_the_timeout_without_an_error_frame_or_a_co
     metrics = wedge.topology.router_metrics()
     assert "vllm_router_" in metrics and "smg_worker_errors_total" not in metrics
     assert "smg_worker_retries_exhausted_total" not in metrics
+
+
+@pytest.mark.wedge(
+    router="sglang-router", worker_protocol="vllm", stub={"bootstrap_timeout_s": 1.0}
+)
+def test_sglang_router_sends_vllm_workers_no_kv_handle_so_every_prefills_kv_expires(wedge):
+    """Cited by decode-rejection-strands-prefill-kv: sglang-router 0.3.2 detects no engine
+    kind (routers.md A1) and sends vLLM-protocol workers SGLang's concurrent dispatch, so no
+    decode gets a kv_transfer_params handle: it computes the request itself and the prefill's
+    KV waits for a pull that never comes, until it expires."""
+    _ok_harness(wedge, n=3)
+    ledgers = wedge.worker_ledgers()
+    decode = [e for e in ledgers["decode-0"]["entries"] if e["origin"] == "harness"]
+    assert [e["room"] for e in decode] == [None] * 3
+
+    def prefill_states() -> list[tuple[str, str | None]]:
+        entries = wedge.worker_ledgers()["prefill-0"]["entries"]
+        return [(e["state"], e["error"]) for e in entries if e["origin"] == "harness"]
+
+    wait_for(
+        lambda: all(state == "error" for state, _ in prefill_states()),
+        timeout_s=5,
+        what="the prefill's KV of every harness request to expire",
+        describe=lambda: str(prefill_states()),
+    )
+    assert all("bootstrap timeout" in str(error) for _, error in prefill_states())
 
 
 @pytest.mark.wedge(router="vllm-router")

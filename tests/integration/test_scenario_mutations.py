@@ -155,6 +155,26 @@ MUTATIONS = {
         ScenarioFailed,
         "expected the wedge at decode-0->prefill-0, the diagnosis says none",
     ),
+    "bootstrap-blackhole-freezes-decode-loop": (
+        # The fix of sglang pull request #34865: the call off the scheduler loop. Only the
+        # black-holed prefill's requests hang now, on their KV transfer.
+        lambda s: dataclasses.replace(s, faults=s.faults[1:]),
+        ScenarioFailed,
+        "expected the wedge at decode-0, the diagnosis says decode-0->prefill-1",
+    ),
+    "transferring-request-never-times-out": (
+        # The fix of sglang pull request #31800: the timeout armed in Transferring too. It
+        # fires; the transfer still never ends, so nothing recovers within the budget.
+        lambda s: dataclasses.replace(s, faults=s.faults[:1]),
+        ScenarioFailed,
+        "expected decode-0 transfer-timeout watchdog 0.5s not to fire",
+    ),
+    "decode-rejection-strands-prefill-kv": (
+        # Without the KV expiry, the stranded blocks stay (480 s by vLLM's default).
+        without_watchdogs,
+        ScenarioFailed,
+        "the wedge was not cleared within its budget",
+    ),
     # Watchdogs as a detector plus an action, and the kubelet's probes.
     "no-progress-restart-clears-a-stalled-decode": (
         without_watchdogs,
