@@ -23,6 +23,7 @@ from pytest_wedge.scenarios.schema import TableReader
 from pytest_wedge.spec.component import check_values
 from pytest_wedge.spec.marker_args import parse_keywords
 from pytest_wedge.spec.topology import BOOKKEEPING_FIELDS, TopologySpec
+from pytest_wedge.watchdogs.clearing import WATCHDOG_CASES
 from pytest_wedge.watchdogs import (
     AbortOldest,
     AggregateThroughputWatchdog,
@@ -32,6 +33,8 @@ from pytest_wedge.watchdogs import (
     InflightPinWatchdog,
     KubernetesProbes,
     NoProgressWatchdog,
+    RouterCircuitBreaker,
+    RouterHealthCheck,
     OldestRequestWatchdog,
     ProbeWatchdog,
     RequestTimeout,
@@ -77,6 +80,8 @@ WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
         ProbeWatchdog,
         StubWatchdog,  # any engine watchdog of the stubs, by its setting (bootstrap_timeout_s)
         KubernetesProbes,
+        RouterHealthCheck,
+        RouterCircuitBreaker,
     )
 }
 # What a watchdog of a scenario file may do when it fires: ``action = { kind = "Restart",
@@ -95,6 +100,8 @@ class ScheduledFault:
 class ArmedWatchdog:
     watchdog: Watchdog
     expect_fire: bool = True
+    # The case its row must name ("cleared", "acted, wedge stayed", ...; clearing.py), or None.
+    expect_case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,11 +374,14 @@ def _topology_spec(topo: TableReader, given: Mapping[str, Any]) -> TopologySpec:
 
 def _armed(reader: TableReader) -> ArmedWatchdog:
     expect_fire = reader.take("expect_fire", bool, True)
+    expect_case = reader.take("expect_case", str, None)
+    if expect_case is not None and expect_case not in WATCHDOG_CASES:
+        raise reader.fail("expect_case", f"one of {', '.join(WATCHDOG_CASES)}", expect_case)
     if "action" in reader.table:  # a table: the fault or action it runs when it fires
         kinds: dict[str, Callable[..., Any]] = {**FAULTS, **ACTIONS}
         action = _build(reader.sub("action", required=True), kinds, "watchdog action")
         reader.table["action"] = action
-    return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire)
+    return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire, expect_case)
 
 
 def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:

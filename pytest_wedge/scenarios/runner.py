@@ -303,6 +303,15 @@ def run_scenario(wedge: Wedge, scenario: Scenario) -> ScenarioResult:
                     result.diagnosis,
                     watchdogs=result.check.watchdog_rows,
                 )
+            if armed.expect_case is not None and row.get("case") != armed.expect_case:
+                raise _fail(
+                    scenario,
+                    f"expected {row['watchdog']}'s case to be {armed.expect_case!r}, "
+                    f"it is {row.get('case')!r}",
+                    result.diagnosis,
+                    advice=row.get("advice", ""),
+                    watchdogs=result.check.watchdog_rows,
+                )
     _finish(wedge, scenario, harness)
     return result
 

@@ -17,6 +17,11 @@ from pytest_wedge.watchdogs.policies import (
     co_restart_on_transfer_wedge,
     no_progress_check,
 )
+from pytest_wedge.watchdogs.router_health import (
+    RouterCircuitBreaker,
+    RouterHealthCheck,
+    RouterRoutesAround,
+)
 from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
 from pytest_wedge.watchdogs.watchdog import (
     CallableWatchdog,
@@ -50,6 +55,9 @@ __all__ = [
     "ProbeWatchdog",
     "QuietCheck",
     "RequestTimeout",
+    "RouterCircuitBreaker",
+    "RouterHealthCheck",
+    "RouterRoutesAround",
     "RouterFlag",
     "RunCommand",
     "StreamBodyStallTimeout",
