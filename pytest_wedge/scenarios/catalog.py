@@ -23,7 +23,6 @@ from pytest_wedge.scenarios.schema import TableReader
 from pytest_wedge.spec.component import check_values
 from pytest_wedge.spec.marker_args import parse_keywords
 from pytest_wedge.spec.topology import BOOKKEEPING_FIELDS, TopologySpec
-from pytest_wedge.watchdogs.clearing import WATCHDOG_CASES
 from pytest_wedge.watchdogs import (
     AbortOldest,
     AggregateThroughputWatchdog,
@@ -33,17 +32,18 @@ from pytest_wedge.watchdogs import (
     InflightPinWatchdog,
     KubernetesProbes,
     NoProgressWatchdog,
-    RouterCircuitBreaker,
-    RouterHealthCheck,
     OldestRequestWatchdog,
     ProbeWatchdog,
     RequestTimeout,
+    RouterCircuitBreaker,
+    RouterHealthCheck,
     RunCommand,
     StreamBodyStallTimeout,
     StubWatchdog,
     TransferTimeoutWatchdog,
     Watchdog,
 )
+from pytest_wedge.watchdogs.clearing import WATCHDOG_CASES
 
 
 def _catalog_dir() -> Path:
@@ -136,6 +136,10 @@ class Expect:
     """With ``quiet = false``: a text the false-positive verdict must contain."""
     quiet_within_s: float = 30.0
     """How long the healthy load of a ``quiet`` check may take to finish."""
+    every_request_ok: bool | None = None
+    """True: every harness request ended ok (what a graceful drain promises the requests in
+    flight); False: some must not (a fault that cuts them, shown on purpose); None: not
+    checked."""
     executed_once: bool | None = None
     """True: no harness request id ran on more than one attempt; False: some must (a
     non-idempotent replay shown on purpose); None: not counted."""

@@ -60,6 +60,11 @@ class StubOptions:
     bootstrap_no_progress_s: float = 0.0
     """Prefill: fail the requests no decode came for once none came for any room this long
     (a no-progress bootstrap deadline; 0: off)."""
+    sigterm_drain_s: float = 0.0
+    """On SIGTERM, let the requests in flight finish for up to this many seconds (new ones
+    and ``/health`` get 503), as SGLang's HTTP server and vLLM's ``--shutdown-timeout`` do;
+    0: stop at once, cutting them (vLLM's default). A runtime's stop waits the Terminate
+    fault's ``grace_s`` (or the pod's ``terminationGracePeriodSeconds``) before SIGKILL."""
     protocol: str = "sglang"
     """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
     (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""

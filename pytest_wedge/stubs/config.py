@@ -43,6 +43,7 @@ class StubConfig:
     transfer_timeout_s: float | None = None
     bootstrap_timeout_s: float = 300.0
     bootstrap_no_progress_s: float | None = None
+    sigterm_drain_s: float = 0.0
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -84,6 +85,9 @@ HELP = {
     "(default), or until the request ends (its KV memory held through generation)",
     "bootstrap_no_progress_s": "prefill: fail a request no decode came for once no decode has "
     "come for any room for this long (a no-progress bootstrap deadline; 0: off)",
+    "sigterm_drain_s": "on SIGTERM, let the requests in flight finish for up to this many "
+    "seconds (new ones and /health get 503) before stopping, as SGLang's HTTP server and vLLM "
+    "with --shutdown-timeout do; 0 (default): stop at once, as vLLM does by default",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",

@@ -17,12 +17,12 @@ from pytest_wedge.watchdogs.policies import (
     co_restart_on_transfer_wedge,
     no_progress_check,
 )
+from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
 from pytest_wedge.watchdogs.router_health import (
     RouterCircuitBreaker,
     RouterHealthCheck,
     RouterRoutesAround,
 )
-from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
 from pytest_wedge.watchdogs.watchdog import (
     CallableWatchdog,
     CommandWatchdog,
@@ -56,9 +56,9 @@ __all__ = [
     "QuietCheck",
     "RequestTimeout",
     "RouterCircuitBreaker",
+    "RouterFlag",
     "RouterHealthCheck",
     "RouterRoutesAround",
-    "RouterFlag",
     "RunCommand",
     "StreamBodyStallTimeout",
     "StubWatchdog",

@@ -4,7 +4,7 @@ run with the kubelet's semantics on one component of the topology.
 
 Emulated: each probe's period, timeout, success and failure thresholds and initial delay; a
 startup probe gates the other two; ``failureThreshold`` liveness (or startup) failures in a row
-restart the component (SIGTERM, then SIGKILL after the runtime's grace) and start its probes
+restart the component (SIGTERM, then SIGKILL after terminationGracePeriodSeconds) and start its probes
 over; readiness failures mark it not ready, which is reported: the router is not told.
 ``httpGet`` and ``tcpSocket`` reach the component's own HTTP port whatever port the spec names;
 ``exec`` runs the command here with the topology's addresses in its environment; ``grpc`` is
@@ -358,17 +358,21 @@ class Kubelet(WatchdogAction):
         topology, began = scene.topology, time.time()
         check_started_by_us([self.target], topology)
         grace = next(p.grace_s for p in self.probes if p.kind == self._decided)
-        # SIGTERM, then SIGKILL after the runtime's own grace; then a new process, as the
-        # kubelet's restartPolicy Always starts one.
-        topology.runtime.stop(self.target)
+        # SIGTERM, then SIGKILL after the pod's terminationGracePeriodSeconds; then a new
+        # process, as the kubelet's restartPolicy Always starts one.
+        stopping = time.time()
+        topology.runtime.stop(self.target, grace_s=grace)
+        stopped_s = time.time() - stopping
         topology.restart(self.target)
         verified = Restart(self.target).verify(topology, began)
         self.restarts += 1
         self._start(None, fresh=True)
-        return (
-            f"restarted {self.target} after a {self._decided} failure (SIGTERM, SIGKILL after "
-            f"the runtime's grace; the spec's grace is {grace} s): {verified}"
+        ended = (
+            f"it exited {stopped_s:.2f} s later"
+            if stopped_s < grace
+            else f"SIGKILL after the {grace} s terminationGracePeriodSeconds"
         )
+        return f"restarted {self.target} after a {self._decided} failure (SIGTERM; {ended}): {verified}"
 
 
 # The liveness probe most serving charts ship, with the Kubernetes defaults.

@@ -46,12 +46,12 @@ def _router_flags(scene: Scene, defaults: dict[str, float]) -> dict[str, float]:
 
 def _url_of(scene: Scene, target: str) -> str:
     """The address the router knows ``target`` by: the listen side of its router link."""
-    for url, name in router_worker_names(scene.topology).items():  # type: ignore[arg-type]
+    for url, name in router_worker_names(scene.topology).items():
         if name == target:
             return url
     raise ConfigError(
         f"The router has no worker {target}",
-        facts={"router workers": ", ".join(router_worker_names(scene.topology).values())},  # type: ignore[arg-type]
+        facts={"router workers": ", ".join(router_worker_names(scene.topology).values())},
         fix="name a prefill or decode of this topology as the watchdog's target",
     )
 
@@ -139,9 +139,10 @@ def RouterHealthCheck(target: str = "decode-0", interval_s: float = 0.1) -> Call
 
     def least(flags: dict[str, float]) -> float:
         # The first failed probe takes its timeout; each further one comes an interval later.
-        return flags["--health-check-timeout-secs"] + (
-            flags["--health-failure-threshold"] - 1
-        ) * flags["--health-check-interval-secs"]
+        return (
+            flags["--health-check-timeout-secs"]
+            + (flags["--health-failure-threshold"] - 1) * flags["--health-check-interval-secs"]
+        )
 
     return RouterRemovalWatchdog(
         check,

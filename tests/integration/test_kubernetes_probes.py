@@ -94,10 +94,49 @@ def test_liveness_restarts_a_paused_decode_through_a_graceful_stop(wedge: Any) -
     firing = dog.firings(wedge)[0]
     assert firing.action_started is not None and firing.action_started >= firing.at
     assert 2.0 <= firing.at - paused_at <= 6.0, firing
-    assert "(SIGTERM, SIGKILL after the runtime's grace; the spec's grace is 30 s)" in (
-        firing.outcome
-    )
+    assert "(SIGTERM; it exited " in firing.outcome, firing  # well within the 30 s grace
     assert wedge.topology.runtime.pid("decode-0") not in (None, before)
+
+
+@pytest.mark.parametrize(("grace_s", "ok"), [(1, 0), (10, 4)])
+@pytest.mark.wedge(stub={"itl_ms": 75.0, "sigterm_drain_s": 20.0})
+def test_the_kubelet_kills_after_termination_grace_period_seconds(
+    wedge: Any, grace_s: int, ok: int
+) -> None:
+    """SIGTERM, then SIGKILL once the pod's grace is over: a decode draining 3 s streams is
+    killed mid-stream after a 1 s grace, and lets them finish within a 10 s one."""
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: decode}\nspec:\n"
+        f"  terminationGracePeriodSeconds: {grace_s}\n  containers:\n"
+        "  - name: decode\n    image: engine\n"
+        '    livenessProbe: {exec: {command: ["false"]}, failureThreshold: 1}\n'
+    )
+    harness = wedge.harness(agents=4, rounds=1, max_tokens=40, client_timeout_s=20)
+    records = wedge.ledger.by_origin
+    wait_for(
+        lambda: sum(r.first_token is not None for r in records("harness")) == 4,
+        timeout_s=10,
+        what="4 streams under way",
+    )
+    dog = KubernetesProbes("decode-0", pod)
+    dog.arm(wedge)
+    try:
+        wait_for(
+            lambda: any(f.action_ended for f in dog.firings(wedge)),
+            timeout_s=30,
+            what="the liveness restart",
+        )
+    finally:
+        dog.disarm(wedge)
+    firing = dog.firings(wedge)[0]
+    assert harness.wait(20)
+    if grace_s == 1:
+        assert f"(SIGTERM; SIGKILL after the {grace_s} s terminationGracePeriodSeconds)" in (
+            firing.outcome
+        ), firing
+    else:
+        assert "(SIGTERM; it exited " in firing.outcome, firing
+    assert records("harness").states().get("ok", 0) == ok, records("harness").states()
 
 
 def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(

@@ -354,12 +354,14 @@ def test_a_router_health_check_takes_a_paused_decode_out_of_rotation_on_every_ki
     from pytest_wedge.watchdogs import NotClearedError, RouterHealthCheck
 
     wedge = wedge_factory(router=kind, decode=2, router_args=HEALTH_FLAGS)
-    with pytest.raises(NotClearedError):
-        with wedge.expect_cleared(
+    with (
+        pytest.raises(NotClearedError),
+        wedge.expect_cleared(
             within_s=8.0, watchdogs=[RouterHealthCheck("decode-0")], require_recovery=False
-        ) as check:
-            wedge.apply(Pause("decode-0"))
-            wedge.harness(agents=12, rounds=1, max_tokens=4)
+        ) as check,
+    ):
+        wedge.apply(Pause("decode-0"))
+        wedge.harness(agents=12, rounds=1, max_tokens=4)
     [row] = check.watchdog_rows
     assert row["fired"] and row["case"] == "acted, wedge stayed", row
     assert row["fires_after_s"] == 2.0  # 1 s timeout + (2 - 1) x 1 s interval
