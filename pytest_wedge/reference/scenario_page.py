@@ -136,6 +136,7 @@ as the Python constructors; a file with a mistake fails alone, as the item
 TOP_KEY_MEANINGS = {
     "name": "Required: the scenario's name, unique in the catalog; its node id.",
     "summary": "Required: one line, shown by `--wedge-scenarios=list`.",
+    "source": "The public issue or pull request it models (a URL), shown by the listing.",
     "incident": "Which incident it reproduces (an integer).",
     "timeout_s": "The scenario's pytest-timeout, in seconds (default 60).",
     "topology": "The topology: [topology.md](topology.md).",
@@ -145,7 +146,8 @@ TOP_KEY_MEANINGS = {
     "`at_s` (seconds after the faults are scheduled; default 0) and `for_s` (seconds from "
     "apply to revert; default: when the scenario ends).",
     "watchdogs": "`[[watchdogs]]`: a watchdog's `kind` and arguments (below), plus "
-    "`expect_fire` (default true).",
+    "`expect_fire` (default true) and `expect_case` (the case its row must name: `cleared`, "
+    "`observes only`, `acted, wedge stayed`, `slower than the budget`, `never saw the signal`).",
     "expect": "Required: what is checked (below).",
     "routers": "`[routers.KIND]`: `because`, `shown_by`, and the `router_args`, `watchdogs` "
     "and `[expect]` keys that differ when the catalog runs on that router.",
