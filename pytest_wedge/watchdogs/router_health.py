@@ -15,8 +15,10 @@ import httpx
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.evidence.read_public import router_worker_names
 from pytest_wedge.metrics_text import samples
+from pytest_wedge.routers.adapters import ADAPTERS
 from pytest_wedge.spec.component import typed
 from pytest_wedge.topology.what_ran import router_metric_names
+from pytest_wedge.waiting import poll
 from pytest_wedge.watchdogs.actions import WatchdogAction
 from pytest_wedge.watchdogs.watchdog import CallableWatchdog
 
@@ -188,3 +190,70 @@ def RouterCircuitBreaker(target: str = "decode-0", interval_s: float = 0.1) -> C
         defaults=BREAKER_DEFAULTS,
         least=lambda flags: 0.0,  # as soon as the threshold's failures are in
     )
+
+
+# -- telling the router: a readiness failure taken out of rotation, and put back -------------
+
+
+class RouterNotTold(Exception):
+    """The router cannot be told (a user's own router), or refused; the reason, in words."""
+
+
+# Measured: vllm-router 0.1.17 in PD mode removes a worker (DELETE /workers/<url>) but refuses
+# to add one back over HTTP (400 "PD router requires specific add_prefill_server or
+# add_decode_server methods"), so a readiness blip would take the worker away for good.
+CANNOT_PUT_BACK = {
+    "vllm-router": "vllm-router 0.1.17 in PD mode cannot add a worker back over HTTP (POST "
+    "/workers and /add_worker answer 400), so taking one out would be for good",
+}
+
+
+def _worker_path(scene: Scene, target: str) -> str:
+    """``/workers/<id>``: smg and sglang-router name a worker by the UUID in ``/workers``."""
+    kind = scene.topology.spec.router.kind
+    if kind in CANNOT_PUT_BACK:
+        raise RouterNotTold(CANNOT_PUT_BACK[kind])
+    if kind not in ADAPTERS:
+        raise RouterNotTold(
+            f"a {kind} router: pytest-wedge knows the worker API of smg and sglang-router only"
+        )
+    url = _url_of(scene, target)
+    listed = scene.topology.http.get(scene.topology.router_url + "/workers", timeout=2.0)
+    for worker in listed.json().get("workers", []):
+        if worker.get("url") == url and worker.get("id"):
+            return f"/workers/{worker['id']}"
+    raise RouterNotTold(f"the router's /workers does not list {target} ({url})")
+
+
+def take_out_of_rotation(scene: Scene, target: str) -> str:
+    """Tell the router to stop routing to ``target``, as an endpoints controller does for a
+    pod that is not ready; what was done, in words. Requests already on it go on (smg drains
+    it for 5 s, then forgets it)."""
+    path = _worker_path(scene, target)
+    answer = scene.topology.http.delete(scene.topology.router_url + path, timeout=2.0)
+    if answer.status_code >= 300:
+        raise RouterNotTold(f"DELETE {path} answered {answer.status_code}: {answer.text[:200]}")
+    return f"took it out of the router's rotation (DELETE {path}: {answer.status_code})"
+
+
+def put_back_in_rotation(scene: Scene, target: str, within_s: float = 10.0) -> str:
+    """Register ``target`` with the router again once it is ready (``POST /workers``); a
+    router still draining it answers 409 until it has let it go, so this retries."""
+    topology = scene.topology
+    body: dict[str, Any] = {
+        "url": _url_of(scene, target),
+        "worker_type": "prefill" if target.startswith("prefill-") else "decode",
+    }
+    bootstrap = topology.plan.bootstrap if topology.plan is not None else {}
+    if target in bootstrap:
+        body["bootstrap_port"] = bootstrap[target]
+    last: list[str] = []
+
+    def settled() -> bool:
+        answer = topology.http.post(topology.router_url + "/workers", json=body, timeout=2.0)
+        last[:] = [f"{answer.status_code}: {answer.text[:200]}"]
+        return answer.status_code != 409  # 409: still draining the old registration
+
+    if not poll(settled, timeout_s=within_s, interval_s=0.25).met or int(last[0][:3]) >= 300:
+        raise RouterNotTold(f"POST /workers answered {last[0] if last else 'nothing'}")
+    return f"put it back in the router's rotation (POST /workers: {last[0][:3]})"

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_wedge.evidence.read_public import router_worker_names
 from pytest_wedge.faults import Pause
 from pytest_wedge.scenarios.catalog import catalog
 from pytest_wedge.scenarios.runner import run_scenario
@@ -161,6 +162,58 @@ def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(
     assert "readiness probe exec sh -c" in firing.detail
     assert "the kubelet marks it not ready" in firing.detail
     assert wedge.topology.runtime.pid("decode-0") == before
+
+
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_readiness_takes_a_decode_out_of_the_routers_rotation_and_puts_it_back(
+    wedge_factory: Any, tmp_path: Path, kind: str
+) -> None:
+    """A readiness failure reaches the router as an endpoints controller's would: the router
+    is told through its worker API, stops listing the decode, and lists it again once the
+    probe passes."""
+    flag = tmp_path / "not-ready"
+    wedge = wedge_factory(router=kind, decode=2)
+    probe = {"exec": {"command": ["test", "!", "-e", str(flag)]}, "periodSeconds": 1}
+    dog = KubernetesProbes("decode-0", {"name": "decode", "readinessProbe": probe})
+    kubelet = dog.check
+    http, router = wedge.topology.http, wedge.topology.router_url
+    decode_0 = next(u for u, n in router_worker_names(wedge.topology).items() if n == "decode-0")
+
+    def listed() -> bool:
+        workers = http.get(router + "/workers").json()["workers"]
+        return any(w["url"] == decode_0 and w.get("status") != "draining" for w in workers)
+
+    dog.arm(wedge)
+    try:
+        flag.touch()
+        wait_for(
+            lambda: any(f.action_ended for f in dog.firings(wedge)),
+            timeout_s=10,
+            what="the readiness probe to fail and the kubelet to act",
+        )
+        if kind == "vllm-router":  # it could not take the decode back: it is not told
+            assert listed() and "reported only: the router was not told (vllm-router 0.1.17" in (
+                dog.firings(wedge)[0].outcome
+            )
+            return
+        wait_for(lambda: not listed(), timeout_s=10, what=f"{kind} to let decode-0 go")
+        assert all(chat_ok(wedge) for _ in range(3))  # decode-1 serves what comes in
+        flag.unlink()
+        wait_for(listed, timeout_s=20, what=f"{kind} to list decode-0 again")
+    finally:
+        dog.disarm(wedge)
+    (firing,) = dog.firings(wedge)
+    assert "marked decode-0 not ready and took it out of the router's rotation" in (
+        firing.outcome
+    ), firing
+    assert "put it back in the router's rotation" in kubelet.router_told[-1], kubelet.router_told
+
+
+def chat_ok(wedge: Any) -> bool:
+    body = {"model": "stub-model", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    return (
+        wedge.topology.http.post(wedge.url + "/v1/chat/completions", json=body).status_code == 200
+    )
 
 
 @pytest.mark.timeout(420)
