@@ -20,6 +20,7 @@ from pytest_wedge.watchdogs import FalsePositiveError, KubernetesProbes
 pytestmark = pytest.mark.timeout(120)
 CATALOG = {s.name: s for s in catalog()}
 NEVER_FIRES = CATALOG["liveness-on-health-never-fires-while-decode-is-wedged"]
+SIGTERM_DRAINS = CATALOG["sigterm-drains-in-flight-streams-where-kill-cuts-them"]
 KILLS_HEALTHY = CATALOG["liveness-on-health-generate-kills-a-healthy-decode"]
 
 
@@ -100,22 +101,26 @@ def test_liveness_restarts_a_paused_decode_through_a_graceful_stop(wedge: Any) -
 
 
 @pytest.mark.parametrize(("grace_s", "ok"), [(1, 0), (10, 4)])
-@pytest.mark.wedge(stub={"itl_ms": 75.0, "sigterm_drain_s": 20.0})
+@pytest.mark.wedge(stub={"itl_ms": 75.0, "sigterm_drain_s": 5.0})
 def test_the_kubelet_kills_after_termination_grace_period_seconds(
     wedge: Any, grace_s: int, ok: int
 ) -> None:
     """SIGTERM, then SIGKILL once the pod's grace is over: a decode draining 3 s streams is
     killed mid-stream after a 1 s grace, and lets them finish within a 10 s one."""
+    _kubelet_grace(wedge, grace_s, ok)
+
+
+def _kubelet_grace(wedge: Any, grace_s: int, ok: int) -> None:
     pod = (
         "apiVersion: v1\nkind: Pod\nmetadata: {name: decode}\nspec:\n"
         f"  terminationGracePeriodSeconds: {grace_s}\n  containers:\n"
         "  - name: decode\n    image: engine\n"
         '    livenessProbe: {exec: {command: ["false"]}, failureThreshold: 1}\n'
     )
-    harness = wedge.harness(agents=4, rounds=1, max_tokens=40, client_timeout_s=20)
+    harness = wedge.harness(agents=4, rounds=1, max_tokens=40, client_timeout_s=20, origin="grace")
     records = wedge.ledger.by_origin
     wait_for(
-        lambda: sum(r.first_token is not None for r in records("harness")) == 4,
+        lambda: sum(r.first_token is not None for r in records("grace")) == 4,
         timeout_s=10,
         what="4 streams under way",
     )
@@ -137,7 +142,7 @@ def test_the_kubelet_kills_after_termination_grace_period_seconds(
         ), firing
     else:
         assert "(SIGTERM; it exited " in firing.outcome, firing
-    assert records("harness").states().get("ok", 0) == ok, records("harness").states()
+    assert records("grace").states().get("ok", 0) == ok, records("grace").states()
 
 
 def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(
@@ -231,3 +236,14 @@ def test_both_probe_scenarios_hold_on_docker_where_the_restart_is_the_containers
     wedge = wedge_factory(stub=NEVER_FIRES.spec.stub, runtime="docker")
     result = run_scenario(wedge, NEVER_FIRES)
     assert result.check is not None and result.check.watchdog_rows[0]["fired"] is False
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.usefixtures("docker_up")
+def test_sigterm_drains_and_the_pods_grace_holds_on_docker(wedge_factory: Any) -> None:
+    """docker stop is SIGTERM then SIGKILL after the grace: a draining decode's streams end
+    ok through a Terminate, and a 1 s terminationGracePeriodSeconds cuts them."""
+    wedge = wedge_factory(stub=SIGTERM_DRAINS.spec.stub, runtime="docker")
+    run_scenario(wedge, SIGTERM_DRAINS)
+    wedge.topology.reset()
+    _kubelet_grace(wedge, 1, 0)
