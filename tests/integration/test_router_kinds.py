@@ -375,3 +375,36 @@ def test_a_router_health_check_takes_a_paused_decode_out_of_rotation_on_every_ki
     else:
         assert diagnosis.location == "router", diagnosis.render()
         assert "this router keeps no per-worker count" in " ".join(diagnosis.decided_by)
+
+
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_a_router_circuit_breaker_opens_on_a_failing_decode_except_on_vllm_router(
+    wedge_factory, kind
+):
+    """smg and sglang-router open decode-0's breaker after 3 failed requests (and the
+    prefill's: both legs are charged) and refuse new ones at once; vllm-router has no breaker
+    in PD mode, so the watchdog never fires there (routers.md A3, B3)."""
+    from pytest_wedge.waiting import wait_for
+    from pytest_wedge.watchdogs import RouterCircuitBreaker
+
+    args = ["--disable-retries", "--cb-failure-threshold", "3", "--cb-timeout-duration-secs", "30"]
+    wedge = wedge_factory(router=kind, router_args=args)
+    dog = RouterCircuitBreaker("decode-0")
+    dog.arm(wedge)
+    try:
+        wedge.apply(ErrorStatus("decode-0", status=500))
+        wedge.harness(agents=4, rounds=1, max_tokens=4, client_timeout_s=10).wait(15)
+        if kind != "vllm-router":
+            wait_for(
+                lambda: any(f.action_ended for f in dog.firings(wedge)),
+                timeout_s=10,
+                what="the breaker to open and its removal to be verified",
+            )
+    finally:
+        dog.disarm(wedge)
+    fired = dog.firings(wedge)
+    if kind == "vllm-router":
+        assert not fired
+        return
+    assert fired[0].detail == "the router's smg_worker_cb_state of decode-0 reads open", fired
+    assert fired[0].outcome.startswith("done: verified: 3 new requests answered (503"), fired
