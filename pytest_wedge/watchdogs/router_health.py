@@ -7,6 +7,7 @@ worker. The flags are read from the router's own command line, so they are writt
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,18 +33,14 @@ HEALTH_DEFAULTS = {
     "--health-check-timeout-secs": 5.0,
     "--health-failure-threshold": 3.0,
 }
-BREAKER_DEFAULTS = {"--cb-failure-threshold": 10.0, "--cb-timeout-duration-secs": 60.0}
 VERIFY_PROBES = 3
 VERIFY_TIMEOUT_S = 2.0
 
 
-def _router_flags(scene: Scene, defaults: dict[str, float]) -> dict[str, float]:
+def _flag(scene: Scene, flag: str) -> float:
+    """``flag``'s value in ``router_args``, else the routers' default."""
     args = list(scene.topology.spec.router_args)
-    flags = dict(defaults)
-    for flag in defaults:
-        if flag in args[:-1]:
-            flags[flag] = float(args[args.index(flag) + 1])
-    return flags
+    return float(args[args.index(flag) + 1]) if flag in args[:-1] else HEALTH_DEFAULTS[flag]
 
 
 def _url_of(scene: Scene, target: str) -> str:
@@ -98,16 +95,17 @@ class RouterRoutesAround(WatchdogAction):
 
 @dataclass
 class RouterRemovalWatchdog(CallableWatchdog):
-    """A router's health check or breaker: ``flags`` are read from its command line when armed,
-    and ``least_s(flags)`` is the least time from a wedge's onset before it can fire."""
+    """A router's health check or breaker. Its check fires once per arming (``latch`` holds
+    the worker it saw removed); ``least(scene)``, from the router's flags, is the least time
+    from a wedge's onset before it can fire."""
 
-    defaults: dict[str, float] = field(default_factory=dict)
-    least: Any = None  # Callable[[dict[str, float]], float]
-    flags: dict[str, float] = field(default_factory=dict, init=False)
+    least: Callable[[Any], float] | None = None
+    latch: list[str] = field(default_factory=list)
 
     def arm(self, scene: Scene) -> None:
-        self.flags = _router_flags(scene, self.defaults)
-        self.after_s = float(self.least(self.flags))
+        self.latch.clear()
+        if self.least is not None:
+            self.after_s = self.least(scene)
         super().arm(scene)
 
 
@@ -122,7 +120,7 @@ def RouterHealthCheck(target: str = "decode-0", interval_s: float = 0.1) -> Call
     marked: list[str] = []
 
     def check(scene: Scene) -> str | None:
-        if marked:
+        if marked:  # the watchdog's latch: one firing per arming
             return None
         url = _url_of(scene, target)
         try:
@@ -139,12 +137,11 @@ def RouterHealthCheck(target: str = "decode-0", interval_s: float = 0.1) -> Call
                 )
         return None
 
-    def least(flags: dict[str, float]) -> float:
+    def least(scene: Scene) -> float:
         # The first failed probe takes its timeout; each further one comes an interval later.
-        return (
-            flags["--health-check-timeout-secs"]
-            + (flags["--health-failure-threshold"] - 1) * flags["--health-check-interval-secs"]
-        )
+        interval = _flag(scene, "--health-check-interval-secs")
+        failures = _flag(scene, "--health-failure-threshold")
+        return _flag(scene, "--health-check-timeout-secs") + (failures - 1) * interval
 
     return RouterRemovalWatchdog(
         check,
@@ -152,8 +149,8 @@ def RouterHealthCheck(target: str = "decode-0", interval_s: float = 0.1) -> Call
         label=f"router health check of {target}",
         action=RouterRoutesAround(target),
         watches=f"the router's /workers entry of {target} (is_healthy)",
-        defaults=HEALTH_DEFAULTS,
         least=least,
+        latch=marked,
     )
 
 
@@ -168,7 +165,7 @@ def RouterCircuitBreaker(target: str = "decode-0", interval_s: float = 0.1) -> C
 
     def check(scene: Scene) -> str | None:
         gauge = router_metric_names(scene.topology.spec.router).breaker
-        if opened or gauge is None:
+        if opened or gauge is None:  # the latch, or a router without a breaker
             return None
         url = _url_of(scene, target)
         try:
@@ -187,8 +184,7 @@ def RouterCircuitBreaker(target: str = "decode-0", interval_s: float = 0.1) -> C
         label=f"router circuit breaker of {target}",
         action=RouterRoutesAround(target),
         watches=f"the router's breaker gauge of {target} (none on vllm-router)",
-        defaults=BREAKER_DEFAULTS,
-        least=lambda flags: 0.0,  # as soon as the threshold's failures are in
+        latch=opened,
     )
 
 
