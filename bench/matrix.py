@@ -41,6 +41,7 @@ def cell(case: ET.Element) -> dict[str, Any]:
         "time_to_clear_s": float(props["wedge_time_to_clear_s"])
         if "wedge_time_to_clear_s" in props
         else None,
+        "fired": props.get("wedge_fired"),
         "reason": None,
     }
     if bad or skipped:
@@ -86,7 +87,8 @@ def text(c: dict[str, Any] | None) -> str:
         if c["time_to_clear_s"] is not None:
             by = c["cleared_by"] or "-"
             return f"at {where}; cleared by {by} in {c['time_to_clear_s']:.2f} s"
-        return f"at {where}; ok"
+        fired = c.get("fired")
+        return f"at {where}; ok" + (f"; {fired}" if fired and fired != "-" else "")
     verb = "not cleared" if "not cleared" in (c["reason"] or "").lower() else c["outcome"]
     return f"{verb}: {c['reason']}"
 

@@ -144,12 +144,17 @@ class Kill(ComponentFault):
 @dataclass(frozen=True)
 class Terminate(ComponentFault):
     """SIGTERM (``docker stop``): a graceful stop, as a rollout or a node drain does; the
-    component may finish or fail what it holds before it exits (SIGKILL after 2 s). Reverting
-    starts it again if it is still down."""
+    component may finish or fail what it holds before it exits, SIGKILL after ``grace_s`` (a
+    pod's terminationGracePeriodSeconds). A stub drains its requests in flight on SIGTERM with
+    ``stub = { sigterm_drain_s = N }``. Reverting starts it again if it is still down."""
+
+    grace_s: float = 2.0
+    """Seconds from SIGTERM to SIGKILL; the component may exit sooner (Docker: whole
+    seconds)."""
 
     def apply(self, topology: Topology) -> None:
         check_started_by_us([self.target], topology)
-        topology.runtime.stop(self.target)
+        topology.runtime.stop(self.target, grace_s=self.grace_s)
 
     def revert(self, topology: Topology) -> None:
         if topology.runtime.state(self.target) != "running":

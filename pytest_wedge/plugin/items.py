@@ -126,8 +126,9 @@ class ScenarioItem(pytest.Item):
         if result.diagnosis is not None:  # JUnit XML properties for `make matrix`
             self.user_properties.append(("wedge_located_at", result.diagnosis.location))
         if result.check is not None:
-            fired = [r["watchdog"] for r in result.check.watchdog_rows if r.get("fired")]
-            self.user_properties.append(("wedge_cleared_by", "; ".join(fired) or "-"))
+            cleared_by = "; ".join(result.check.cleared_by()) or "-"
+            self.user_properties.append(("wedge_cleared_by", cleared_by))
+            self.user_properties.append(("wedge_fired", "; ".join(result.check.firings()) or "-"))
         if result.check is not None and result.check.time_to_clear_s is not None:
             # A JUnit XML property: CI (and `make soak`) can track it across runs.
             self.user_properties.append(

@@ -40,7 +40,7 @@ def scenario_row(name: str, wedge: Wedge, result: ScenarioResult, origin: str) -
     which precedes every fault on the same path."""
     check = result.check
     windows = list(wedge.faults.windows)
-    cleared_by = [r["watchdog"] for r in check.watchdog_rows if r.get("fired")] if check else []
+    cleared_by = check.cleared_by() if check else []
     row: dict[str, Any] = {
         "scenario": name,
         "located_at": result.diagnosis.location if result.diagnosis else None,

@@ -147,7 +147,8 @@ TOP_KEY_MEANINGS = {
     "`at_s` (seconds after the faults are scheduled; default 0) and `for_s` (seconds from "
     "apply to revert; default: when the scenario ends).",
     "watchdogs": "`[[watchdogs]]`: a watchdog's `kind` and arguments (below), plus "
-    "`expect_fire` (default true).",
+    "`expect_fire` (default true) and `expect_case` (the case its row must name: `cleared`, "
+    "`observes only`, `acted, wedge stayed`, `slower than the budget`, `never saw the signal`).",
     "expect": "Required: what is checked (below).",
     "routers": "`[routers.KIND]`: `because`, `shown_by`, and the `router_args`, `watchdogs` "
     "and `[expect]` keys that differ when the catalog runs on that router.",

@@ -25,6 +25,8 @@ ROLES = {
     "EngineGaugeWatchdog": "observes; acts with `action`",
     "ProbeWatchdog": "observes; acts with `action`",
     "KubernetesProbes": "acts: a failed liveness probe restarts the container, as the kubelet does",
+    "RouterHealthCheck": "acts: the router takes the worker out of rotation (requests on it stay)",
+    "RouterCircuitBreaker": "acts: the router's open breaker refuses the worker (both PD legs)",
 }
 
 INTRO = """\

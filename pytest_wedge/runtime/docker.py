@@ -7,6 +7,7 @@ other call on that component first waits for its start, and raises its failure.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -202,14 +203,15 @@ class DockerRuntime(LogFiles):
                 f"that {action} {name} do not take effect",
             ) from exc
 
-    def stop(self, name: str) -> None:
-        """Graceful stop (SIGTERM, SIGKILL after 2 s; smg alone takes ~5 s to drain)."""
+    def stop(self, name: str, grace_s: float = 2.0) -> None:
+        """Graceful stop (SIGTERM, SIGKILL after ``grace_s``, in whole seconds as Docker counts
+        them; smg alone takes ~5 s to drain)."""
         container = self._reload(name)
         if container is None:
             return
         self.resume(name)
         with self._acting(name, "stop", container):
-            container.stop(timeout=2)
+            container.stop(timeout=max(0, math.ceil(grace_s)))
 
     def kill(self, name: str) -> None:
         container = self._reload(name)

@@ -112,15 +112,16 @@ class ProcessRuntime(LogFiles):
             return False
         return True
 
-    def stop(self, name: str) -> None:
-        """Graceful stop (SIGTERM), then SIGKILL after 2 s; smg alone takes ~5 s to drain."""
+    def stop(self, name: str, grace_s: float = 2.0) -> None:
+        """Graceful stop (SIGTERM), then SIGKILL after ``grace_s`` (as the kubelet's
+        terminationGracePeriodSeconds); smg alone takes ~5 s to drain."""
         with self._locked(name) as child:
             if child is None:
                 return
             self.resume(name)
             self._signal(child, signal.SIGTERM)
             try:
-                child.proc.wait(timeout=2.0)
+                child.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 self.kill(name)
 

@@ -35,12 +35,15 @@ from pytest_wedge.watchdogs import (
     OldestRequestWatchdog,
     ProbeWatchdog,
     RequestTimeout,
+    RouterCircuitBreaker,
+    RouterHealthCheck,
     RunCommand,
     StreamBodyStallTimeout,
     StubWatchdog,
     TransferTimeoutWatchdog,
     Watchdog,
 )
+from pytest_wedge.watchdogs.clearing import WATCHDOG_CASES
 
 
 def _catalog_dir() -> Path:
@@ -77,6 +80,8 @@ WATCHDOGS: dict[str, Callable[..., Watchdog]] = {
         ProbeWatchdog,
         StubWatchdog,  # any engine watchdog of the stubs, by its setting (bootstrap_timeout_s)
         KubernetesProbes,
+        RouterHealthCheck,
+        RouterCircuitBreaker,
     )
 }
 # What a watchdog of a scenario file may do when it fires: ``action = { kind = "Restart",
@@ -95,6 +100,8 @@ class ScheduledFault:
 class ArmedWatchdog:
     watchdog: Watchdog
     expect_fire: bool = True
+    # The case its row must name ("cleared", "acted, wedge stayed", ...; clearing.py), or None.
+    expect_case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,10 @@ class Expect:
     """With ``quiet = false``: a text the false-positive verdict must contain."""
     quiet_within_s: float = 30.0
     """How long the healthy load of a ``quiet`` check may take to finish."""
+    every_request_ok: bool | None = None
+    """True: every harness request ended ok (what a graceful drain promises the requests in
+    flight); False: some must not (a fault that cuts them, shown on purpose); None: not
+    checked."""
     executed_once: bool | None = None
     """True: no harness request id ran on more than one attempt; False: some must (a
     non-idempotent replay shown on purpose); None: not counted."""
@@ -367,11 +378,14 @@ def _topology_spec(topo: TableReader, given: Mapping[str, Any]) -> TopologySpec:
 
 def _armed(reader: TableReader) -> ArmedWatchdog:
     expect_fire = reader.take("expect_fire", bool, True)
+    expect_case = reader.take("expect_case", str, None)
+    if expect_case is not None and expect_case not in WATCHDOG_CASES:
+        raise reader.fail("expect_case", f"one of {', '.join(WATCHDOG_CASES)}", expect_case)
     if "action" in reader.table:  # a table: the fault or action it runs when it fires
         kinds: dict[str, Callable[..., Any]] = {**FAULTS, **ACTIONS}
         action = _build(reader.sub("action", required=True), kinds, "watchdog action")
         reader.table["action"] = action
-    return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire)
+    return ArmedWatchdog(_build(reader, WATCHDOGS, "watchdog"), expect_fire, expect_case)
 
 
 def _check_healthy_edge(exp: TableReader, expect: Expect) -> None:

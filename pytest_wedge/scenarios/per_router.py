@@ -24,6 +24,7 @@ OVERRIDABLE_EXPECT = (
     "false_positive",
     "quiet",
     "executed_once",
+    "every_request_ok",
 )
 
 

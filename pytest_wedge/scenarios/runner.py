@@ -303,6 +303,15 @@ def run_scenario(wedge: Wedge, scenario: Scenario) -> ScenarioResult:
                     result.diagnosis,
                     watchdogs=result.check.watchdog_rows,
                 )
+            if armed.expect_case is not None and row.get("case") != armed.expect_case:
+                raise _fail(
+                    scenario,
+                    f"expected {row['watchdog']}'s case to be {armed.expect_case!r}, "
+                    f"it is {row.get('case')!r}",
+                    result.diagnosis,
+                    advice=row.get("advice", ""),
+                    watchdogs=result.check.watchdog_rows,
+                )
     _finish(wedge, scenario, harness)
     return result
 
@@ -329,7 +338,27 @@ def _finish(wedge: Wedge, scenario: Scenario, harness: Harness | None) -> None:
         wedge.faults.revert_all()
     if expect.nothing_lost:
         wedge.assert_nothing_lost(ORIGIN)
+    if expect.every_request_ok is not None:
+        _check_every_request_ok(scenario, wedge.ledger.by_origin(ORIGIN).records)
     check_executions(wedge, scenario, ScenarioFailed)
+
+
+def _check_every_request_ok(scenario: Scenario, records: Iterable[RequestRecord]) -> None:
+    records = list(records)
+    cut = [r for r in records if r.state != "ok"]
+    if scenario.expect.every_request_ok and cut:
+        raise _fail(
+            scenario,
+            f"expected every {ORIGIN} request to end ok; {len(cut)} of {len(records)} did not",
+            None,
+            e_g="; ".join(f"{r.request_id}: {r.state} {r.error or ''}".strip() for r in cut[:3]),
+        )
+    if scenario.expect.every_request_ok is False and not cut:
+        raise _fail(
+            scenario,
+            f"expected some {ORIGIN} requests to end without success; all {len(records)} ended ok",
+            None,
+        )
 
 
 def _in_flight(wedge: Wedge) -> list[str]:

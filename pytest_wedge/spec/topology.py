@@ -63,6 +63,11 @@ class StubOptions:
     kv_slots: int = 0
     """Prefill: requests whose KV it holds at once, from admission until a decode has taken
     it or it expired; the rest wait for blocks (0: no limit)."""
+    sigterm_drain_s: float = 0.0
+    """On SIGTERM, let the requests in flight finish for up to this many seconds (new ones
+    and ``/health`` get 503), as SGLang's HTTP server and vLLM's ``--shutdown-timeout`` do;
+    0: stop at once, cutting them (vLLM's default). A runtime's stop waits the Terminate
+    fault's ``grace_s`` (or the pod's ``terminationGracePeriodSeconds``) before SIGKILL."""
     protocol: str = "sglang"
     """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
     (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""

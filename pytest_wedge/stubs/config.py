@@ -44,6 +44,7 @@ class StubConfig:
     bootstrap_timeout_s: float = 300.0
     bootstrap_no_progress_s: float | None = None
     kv_slots: int = 0  # 0: no limit
+    sigterm_drain_s: float = 0.0
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -87,6 +88,9 @@ HELP = {
     "come for any room for this long (a no-progress bootstrap deadline; 0: off)",
     "kv_slots": "prefill: requests whose KV it holds at once, from admission until a decode "
     "has taken it or it expired; the rest wait for blocks (default 0: no limit)",
+    "sigterm_drain_s": "on SIGTERM, let the requests in flight finish for up to this many "
+    "seconds (new ones and /health get 503) before stopping, as SGLang's HTTP server and vLLM "
+    "with --shutdown-timeout do; 0 (default): stop at once, as vLLM does by default",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",

@@ -63,6 +63,8 @@ class Engine:
         self.bootstrap_no_progress_s = config.bootstrap_no_progress_s
         self.last_decode_progress = 0.0
         self.firings: deque[dict[str, Any]] = deque(maxlen=1000)
+        # Set on SIGTERM with --sigterm-drain-s: requests in flight go on, new ones get 503.
+        self.draining = False
         self.rooms: dict[int, Room] = {}
         self.ended_rooms = EndedRooms()
         self.peers: dict[str, str] = {}  # decode --name -> instance it first exchanged KV with

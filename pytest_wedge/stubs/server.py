@@ -161,8 +161,21 @@ async def generate(request: web.Request) -> web.StreamResponse:
 # -- ledger and control API ------------------------------------------------------------------
 
 
+DRAIN_GATED = frozenset(("/health", "/health_generate", *PATHS))
+
+
+@web.middleware
+async def drain_gate(request: web.Request, handler: Any) -> web.StreamResponse:
+    """While draining after SIGTERM, health and new requests get 503, as engines answer."""
+    if request.app[ENGINE].draining and request.path in DRAIN_GATED:
+        return await send_error(request, 503, "the server is shutting down (draining)")
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
 def make_app(engine: Engine) -> web.Application:
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    middlewares = [drain_gate] if engine.config.sigterm_drain_s > 0 else []
+    app = web.Application(client_max_size=16 * 1024 * 1024, middlewares=middlewares)
     app[ENGINE] = engine
     cfg = engine.config
     vllm_like = cfg.protocol == "vllm"
@@ -236,11 +249,29 @@ async def serve(config: StubConfig) -> None:
         " (ledgerless: no /ledger, no /control)" if config.ledgerless else "",
     )
     await stop.wait()
+    if config.sigterm_drain_s > 0:
+        await _drain(engine, config)
     log.info("%s stopping", config.component)
     # Releasing first lets stuck requests end with a final frame instead of a reset.
     await engine.stop()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(asyncio.gather(*(r.cleanup() for r in runners)), 0.3)
+
+
+async def _drain(engine: Engine, config: StubConfig) -> None:
+    """Refuse new work and let what is in flight finish, bounded by ``sigterm_drain_s``."""
+    engine.draining = True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.sigterm_drain_s
+    log.info(
+        "%s draining %d requests for up to %g s",
+        config.component,
+        len(engine.ledger.active),
+        config.sigterm_drain_s,
+    )
+    while engine.ledger.active and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    log.info("%s drained; %d requests left", config.component, len(engine.ledger.active))
 
 
 def main(config: StubConfig) -> None:

@@ -18,6 +18,11 @@ from pytest_wedge.watchdogs.policies import (
     no_progress_check,
 )
 from pytest_wedge.watchdogs.quiet import FalsePositiveError, QuietCheck, expect_quiet
+from pytest_wedge.watchdogs.router_health import (
+    RouterCircuitBreaker,
+    RouterHealthCheck,
+    RouterRoutesAround,
+)
 from pytest_wedge.watchdogs.watchdog import (
     CallableWatchdog,
     CommandWatchdog,
@@ -50,7 +55,10 @@ __all__ = [
     "ProbeWatchdog",
     "QuietCheck",
     "RequestTimeout",
+    "RouterCircuitBreaker",
     "RouterFlag",
+    "RouterHealthCheck",
+    "RouterRoutesAround",
     "RunCommand",
     "StreamBodyStallTimeout",
     "StubWatchdog",

@@ -57,6 +57,18 @@ class ClearCheck:
     def time_to_clear_s(self) -> float | None:
         return None if self.cleared_at is None else self.cleared_at - self.onset
 
+    def cleared_by(self) -> list[str]:
+        """The watchdogs whose case is ``cleared``: fired in time, acted, and the wedge ended."""
+        return [r["watchdog"] for r in self.watchdog_rows if r.get("case") == "cleared"]
+
+    def firings(self) -> list[str]:
+        """Each fired watchdog, when its detector decided (from the onset), and its case."""
+        return [
+            f"{r['watchdog']} fired at +{r['first_at'] - self.onset:.2f} s ({r.get('case', '?')})"
+            for r in self.watchdog_rows
+            if r.get("fired")
+        ]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "origin": self.origin,
@@ -124,6 +136,16 @@ def _watchdog_lines(rows: list[dict[str, Any]], onset: float) -> str:
             state = "armed, did not fire"
         lines.append(f"{row['watchdog']}: {state}")
     return "; ".join(lines) or "none armed"
+
+
+# The cases a watchdog's row names, in the order watchdog_case decides them.
+WATCHDOG_CASES = (
+    "cleared",
+    "observes only",
+    "acted, wedge stayed",
+    "slower than the budget",
+    "never saw the signal",
+)
 
 
 def watchdog_case(row: dict[str, Any], onset: float, within_s: float, cleared: bool) -> str:

@@ -4,8 +4,11 @@ run with the kubelet's semantics on one component of the topology.
 
 Emulated: each probe's period, timeout, success and failure thresholds and initial delay; a
 startup probe gates the other two; ``failureThreshold`` liveness (or startup) failures in a row
-restart the component (SIGTERM, then SIGKILL after the runtime's grace) and start its probes
-over; readiness failures mark it not ready, which is reported: the router is not told.
+restart the component (SIGTERM, then SIGKILL after terminationGracePeriodSeconds) and start its probes
+over; readiness failures mark it not ready and take it out of the router's rotation through
+the router's worker API (smg, sglang-router: ``DELETE /workers/<id>``), and a readiness
+probe that passes again puts it back (``POST /workers``); elsewhere it is reported only, with
+the reason (vllm-router 0.1.17 cannot add a PD worker back over HTTP).
 ``httpGet`` and ``tcpSocket`` reach the component's own HTTP port whatever port the spec names;
 ``exec`` runs the command here with the topology's addresses in its environment; ``grpc`` is
 refused.
@@ -23,12 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+import httpx
+
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.evidence.parse import process_state
 from pytest_wedge.faults.process_actions import Restart, check_started_by_us
 from pytest_wedge.spec.component import typed
 from pytest_wedge.watchdogs.actions import WatchdogAction, topology_env
 from pytest_wedge.watchdogs.policies import probe_check
+from pytest_wedge.watchdogs.router_health import (
+    RouterNotTold,
+    put_back_in_rotation,
+    take_out_of_rotation,
+)
 from pytest_wedge.watchdogs.watchdog import CallableWatchdog
 
 if TYPE_CHECKING:
@@ -255,9 +265,12 @@ class Kubelet(WatchdogAction):
     _running: list[_Running] = field(default_factory=list)
     _decided: str = ""  # the kind of probe whose failures fired
     _started: float = 0.0
+    _out_of_rotation: bool = False  # readiness took it out of the router's rotation
+    # What the router was told, in order ("+3.1 s: put it back in the router's rotation ...").
+    router_told: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        return f"restart {self.target} (readiness: mark it not ready)"
+        return f"restart {self.target} (readiness: out of the router's rotation)"
 
     def forget(self) -> None:
         """Start over at the next check, as on a fresh arming: no counts, no decision."""
@@ -326,7 +339,18 @@ class Kubelet(WatchdogAction):
             fired = self._count(running, failed)
             if fired:
                 return fired
+            if running.probe.kind == "readiness" and running.passed and self._out_of_rotation:
+                self._out_of_rotation = False
+                self._tell_router(scene, put_back_in_rotation)
         return None
+
+    def _tell_router(self, scene: Scene, how: Any) -> str:
+        try:
+            told = str(how(scene, self.target))
+        except (RouterNotTold, httpx.HTTPError) as exc:
+            told = f"reported only: the router was not told ({exc})"
+        self.router_told.append(f"{time.strftime('%H:%M:%S')}: {told}")
+        return told
 
     def _count(self, running: _Running, failed: str | None) -> str | None:
         probe = running.probe
@@ -351,24 +375,27 @@ class Kubelet(WatchdogAction):
 
     def act(self, scene: Scene) -> str:
         if self._decided == "readiness":
-            return (
-                f"marked {self.target} not ready (reported only: the router is not told, so it "
-                "stays in rotation)"
-            )
+            told = self._tell_router(scene, take_out_of_rotation)
+            self._out_of_rotation = not told.startswith("reported only")
+            return f"marked {self.target} not ready and {told}"
         topology, began = scene.topology, time.time()
         check_started_by_us([self.target], topology)
         grace = next(p.grace_s for p in self.probes if p.kind == self._decided)
-        # SIGTERM, then SIGKILL after the runtime's own grace; then a new process, as the
-        # kubelet's restartPolicy Always starts one.
-        topology.runtime.stop(self.target)
+        # SIGTERM, then SIGKILL after the pod's terminationGracePeriodSeconds; then a new
+        # process, as the kubelet's restartPolicy Always starts one.
+        stopping = time.time()
+        topology.runtime.stop(self.target, grace_s=grace)
+        stopped_s = time.time() - stopping
         topology.restart(self.target)
         verified = Restart(self.target).verify(topology, began)
         self.restarts += 1
         self._start(None, fresh=True)
-        return (
-            f"restarted {self.target} after a {self._decided} failure (SIGTERM, SIGKILL after "
-            f"the runtime's grace; the spec's grace is {grace} s): {verified}"
+        ended = (
+            f"it exited {stopped_s:.2f} s later"
+            if stopped_s < grace
+            else f"SIGKILL after the {grace} s terminationGracePeriodSeconds"
         )
+        return f"restarted {self.target} after a {self._decided} failure (SIGTERM; {ended}): {verified}"
 
 
 # The liveness probe most serving charts ship, with the Kubernetes defaults.
@@ -398,7 +425,8 @@ def KubernetesProbes(
     text, or a ``containers[]`` entry as a dict; by default a liveness ``GET /health`` with the
     Kubernetes defaults), run by an emulated kubelet on ``target``. It fires when the kubelet
     would act: a liveness or startup failure restarts ``target`` (SIGTERM, then a new
-    process), a readiness failure marks it not ready (reported; the router is not told).
+    process), a readiness failure marks it not ready and takes it out of the router's
+    rotation (put back once ready; reported only where the router's API is not known).
     ``httpGet`` and ``tcpSocket`` reach ``target``'s own HTTP port, ``exec`` runs here with
     WEDGE_*_URL in its environment, ``grpc`` is refused. The spec is checked against the
     schema of ``kubernetes_version`` (default: the newest kubernetes-validate knows)."""
@@ -419,7 +447,7 @@ def KubernetesProbes(
         kubelet,
         TICK_S,
         label=f"kubelet probes of {target}: " + "; ".join(p.describe() for p in probes),
-        action=kubelet if restarting else None,
+        action=kubelet,  # a restart, or readiness: out of the router's rotation
         observes=True,
         watches=watches,
         after_s=decisive.fires_after_s(),

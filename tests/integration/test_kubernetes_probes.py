@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_wedge.evidence.read_public import router_worker_names
 from pytest_wedge.faults import Pause
 from pytest_wedge.scenarios.catalog import catalog
 from pytest_wedge.scenarios.runner import run_scenario
@@ -19,6 +20,7 @@ from pytest_wedge.watchdogs import FalsePositiveError, KubernetesProbes
 pytestmark = pytest.mark.timeout(120)
 CATALOG = {s.name: s for s in catalog()}
 NEVER_FIRES = CATALOG["liveness-on-health-never-fires-while-decode-is-wedged"]
+SIGTERM_DRAINS = CATALOG["sigterm-drains-in-flight-streams-where-kill-cuts-them"]
 KILLS_HEALTHY = CATALOG["liveness-on-health-generate-kills-a-healthy-decode"]
 
 
@@ -94,10 +96,53 @@ def test_liveness_restarts_a_paused_decode_through_a_graceful_stop(wedge: Any) -
     firing = dog.firings(wedge)[0]
     assert firing.action_started is not None and firing.action_started >= firing.at
     assert 2.0 <= firing.at - paused_at <= 6.0, firing
-    assert "(SIGTERM, SIGKILL after the runtime's grace; the spec's grace is 30 s)" in (
-        firing.outcome
-    )
+    assert "(SIGTERM; it exited " in firing.outcome, firing  # well within the 30 s grace
     assert wedge.topology.runtime.pid("decode-0") not in (None, before)
+
+
+@pytest.mark.parametrize(("grace_s", "ok"), [(1, 0), (10, 4)])
+@pytest.mark.wedge(stub={"itl_ms": 75.0, "sigterm_drain_s": 5.0})
+def test_the_kubelet_kills_after_termination_grace_period_seconds(
+    wedge: Any, grace_s: int, ok: int
+) -> None:
+    """SIGTERM, then SIGKILL once the pod's grace is over: a decode draining 3 s streams is
+    killed mid-stream after a 1 s grace, and lets them finish within a 10 s one."""
+    _kubelet_grace(wedge, grace_s, ok)
+
+
+def _kubelet_grace(wedge: Any, grace_s: int, ok: int) -> None:
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: decode}\nspec:\n"
+        f"  terminationGracePeriodSeconds: {grace_s}\n  containers:\n"
+        "  - name: decode\n    image: engine\n"
+        '    livenessProbe: {exec: {command: ["false"]}, failureThreshold: 1}\n'
+    )
+    harness = wedge.harness(agents=4, rounds=1, max_tokens=40, client_timeout_s=20, origin="grace")
+    records = wedge.ledger.by_origin
+    wait_for(
+        lambda: sum(r.first_token is not None for r in records("grace")) == 4,
+        timeout_s=10,
+        what="4 streams under way",
+    )
+    dog = KubernetesProbes("decode-0", pod)
+    dog.arm(wedge)
+    try:
+        wait_for(
+            lambda: any(f.action_ended for f in dog.firings(wedge)),
+            timeout_s=30,
+            what="the liveness restart",
+        )
+    finally:
+        dog.disarm(wedge)
+    firing = dog.firings(wedge)[0]
+    assert harness.wait(20)
+    if grace_s == 1:
+        assert f"(SIGTERM; SIGKILL after the {grace_s} s terminationGracePeriodSeconds)" in (
+            firing.outcome
+        ), firing
+    else:
+        assert "(SIGTERM; it exited " in firing.outcome, firing
+    assert records("grace").states().get("ok", 0) == ok, records("grace").states()
 
 
 def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(
@@ -124,6 +169,58 @@ def test_readiness_marks_not_ready_without_a_restart_once_startup_passed(
     assert wedge.topology.runtime.pid("decode-0") == before
 
 
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_readiness_takes_a_decode_out_of_the_routers_rotation_and_puts_it_back(
+    wedge_factory: Any, tmp_path: Path, kind: str
+) -> None:
+    """A readiness failure reaches the router as an endpoints controller's would: the router
+    is told through its worker API, stops listing the decode, and lists it again once the
+    probe passes."""
+    flag = tmp_path / "not-ready"
+    wedge = wedge_factory(router=kind, decode=2)
+    probe = {"exec": {"command": ["test", "!", "-e", str(flag)]}, "periodSeconds": 1}
+    dog = KubernetesProbes("decode-0", {"name": "decode", "readinessProbe": probe})
+    kubelet = dog.check
+    http, router = wedge.topology.http, wedge.topology.router_url
+    decode_0 = next(u for u, n in router_worker_names(wedge.topology).items() if n == "decode-0")
+
+    def listed() -> bool:
+        workers = http.get(router + "/workers").json()["workers"]
+        return any(w["url"] == decode_0 and w.get("status") != "draining" for w in workers)
+
+    dog.arm(wedge)
+    try:
+        flag.touch()
+        wait_for(
+            lambda: any(f.action_ended for f in dog.firings(wedge)),
+            timeout_s=10,
+            what="the readiness probe to fail and the kubelet to act",
+        )
+        if kind == "vllm-router":  # it could not take the decode back: it is not told
+            assert listed() and "reported only: the router was not told (vllm-router 0.1.17" in (
+                dog.firings(wedge)[0].outcome
+            )
+            return
+        wait_for(lambda: not listed(), timeout_s=10, what=f"{kind} to let decode-0 go")
+        assert all(chat_ok(wedge) for _ in range(3))  # decode-1 serves what comes in
+        flag.unlink()
+        wait_for(listed, timeout_s=20, what=f"{kind} to list decode-0 again")
+    finally:
+        dog.disarm(wedge)
+    (firing,) = dog.firings(wedge)
+    assert "marked decode-0 not ready and took it out of the router's rotation" in (
+        firing.outcome
+    ), firing
+    assert "put it back in the router's rotation" in kubelet.router_told[-1], kubelet.router_told
+
+
+def chat_ok(wedge: Any) -> bool:
+    body = {"model": "stub-model", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    return (
+        wedge.topology.http.post(wedge.url + "/v1/chat/completions", json=body).status_code == 200
+    )
+
+
 @pytest.mark.timeout(420)
 @pytest.mark.usefixtures("docker_up")
 def test_both_probe_scenarios_hold_on_docker_where_the_restart_is_the_containers(
@@ -139,3 +236,14 @@ def test_both_probe_scenarios_hold_on_docker_where_the_restart_is_the_containers
     wedge = wedge_factory(stub=NEVER_FIRES.spec.stub, runtime="docker")
     result = run_scenario(wedge, NEVER_FIRES)
     assert result.check is not None and result.check.watchdog_rows[0]["fired"] is False
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.usefixtures("docker_up")
+def test_sigterm_drains_and_the_pods_grace_holds_on_docker(wedge_factory: Any) -> None:
+    """docker stop is SIGTERM then SIGKILL after the grace: a draining decode's streams end
+    ok through a Terminate, and a 1 s terminationGracePeriodSeconds cuts them."""
+    wedge = wedge_factory(stub=SIGTERM_DRAINS.spec.stub, runtime="docker")
+    run_scenario(wedge, SIGTERM_DRAINS)
+    wedge.topology.reset()
+    _kubelet_grace(wedge, 1, 0)

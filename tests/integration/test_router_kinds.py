@@ -360,3 +360,81 @@ def test_a_router_request_timeout_is_named_as_what_cleared_the_wedge_on_every_ki
     assert row["fired"] and row["case"] == "cleared", row
     how = "counted by the router" if kind == "smg" else "seen by the client: 5 requests"
     assert row["detail"].startswith(how), row
+
+
+HEALTH_FLAGS = [
+    "--health-check-interval-secs",
+    "1",
+    "--health-check-timeout-secs",
+    "1",
+    "--health-failure-threshold",
+    "2",
+]
+
+
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_a_router_health_check_takes_a_paused_decode_out_of_rotation_on_every_kind(
+    wedge_factory, kind
+):
+    """Cited by fixtures/router-health-check-*.toml: each router lists a paused decode
+    unhealthy within its flags' time (read from its /workers), new requests then avoid it, and
+    the requests already on it stay hung. Only smg's per-worker in-flight count places them at
+    the decode; on the others the blind locator holds them at the router."""
+    from pytest_wedge.faults import Pause
+    from pytest_wedge.watchdogs import NotClearedError, RouterHealthCheck
+
+    wedge = wedge_factory(router=kind, decode=2, router_args=HEALTH_FLAGS)
+    with (
+        pytest.raises(NotClearedError),
+        wedge.expect_cleared(
+            within_s=8.0, watchdogs=[RouterHealthCheck("decode-0")], require_recovery=False
+        ) as check,
+    ):
+        wedge.apply(Pause("decode-0"))
+        wedge.harness(agents=12, rounds=1, max_tokens=4)
+    [row] = check.watchdog_rows
+    assert row["fired"] and row["case"] == "acted, wedge stayed", row
+    assert row["fires_after_s"] == 2.0  # 1 s timeout + (2 - 1) x 1 s interval
+    assert 2.0 <= row["first_at"] - check.onset <= 8.0, row
+    assert row["outcome"].startswith("done: verified: 3 new requests answered (200"), row
+    stuck = wedge.ledger.by_origin("harness").pending()
+    assert stuck and all(r.sent is not None for r in stuck)
+    diagnosis = wedge.diagnose()
+    if kind == "smg":
+        assert diagnosis.location == "decode-0", diagnosis.render()
+    else:
+        assert diagnosis.location == "router", diagnosis.render()
+        assert "this router keeps no per-worker count" in " ".join(diagnosis.decided_by)
+
+
+@pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
+def test_a_router_circuit_breaker_opens_on_a_failing_decode_except_on_vllm_router(
+    wedge_factory, kind
+):
+    """smg and sglang-router open decode-0's breaker after 3 failed requests (and the
+    prefill's: both legs are charged) and refuse new ones at once; vllm-router has no breaker
+    in PD mode, so the watchdog never fires there (routers.md A3, B3)."""
+    from pytest_wedge.waiting import wait_for
+    from pytest_wedge.watchdogs import RouterCircuitBreaker
+
+    args = ["--disable-retries", "--cb-failure-threshold", "3", "--cb-timeout-duration-secs", "30"]
+    wedge = wedge_factory(router=kind, router_args=args)
+    dog = RouterCircuitBreaker("decode-0")
+    dog.arm(wedge)
+    try:
+        wedge.apply(ErrorStatus("decode-0", status=500))
+        wedge.harness(agents=4, rounds=1, max_tokens=4, client_timeout_s=10).wait(15)
+        if kind != "vllm-router":
+            wait_for(
+                lambda: any(f.action_ended for f in dog.firings(wedge)),
+                timeout_s=10,
+                what="the breaker to open and its removal to be verified",
+            )
+    finally:
+        dog.disarm(wedge)
+    fired = dog.firings(wedge)
+    if kind == "vllm-router":
+        assert not fired
+        return
+    assert fired[0].detail == "the router's smg_worker_cb_state of decode-0 reads open", fired
+    assert fired[0].outcome.startswith("done: verified: 3 new requests answered (503"), fired

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from pytest_wedge.faults import ErrorStatus, Pause, PinOnAbort, Timeout
+from pytest_wedge.faults import ErrorStatus, Kill, Pause, PinOnAbort, Timeout
 from pytest_wedge.scenarios.catalog import ScheduledFault, catalog
 from pytest_wedge.scenarios.runner import ScenarioFailed, run_scenario
 from pytest_wedge.waiting import WaitTimeout
@@ -185,6 +185,19 @@ MUTATIONS = {
         without_faults,
         ScenarioFailed,
         "expected the wedge at decode-0, the diagnosis says none",
+    ),
+    # The routers' default health check (every 60 s, 3 failures) does not notice in time.
+    "router-health-check-removes-a-paused-decode-not-its-requests": (
+        lambda s: dataclasses.replace(s, spec=dataclasses.replace(s.spec, router_args=())),
+        ScenarioFailed,
+        "expected router health check of decode-0 -> the router takes decode-0 out of "
+        "rotation to fire",
+    ),
+    # SIGKILL at the same moment resets the streams a SIGTERM let drain.
+    "sigterm-drains-in-flight-streams-where-kill-cuts-them": (
+        lambda s: dataclasses.replace(s, faults=(ScheduledFault(Kill("decode-0"), 1.0),)),
+        ScenarioFailed,
+        "expected the wedge at none, the diagnosis says decode-0",
     ),
     "liveness-on-health-generate-kills-a-healthy-decode": (
         without_watchdogs,

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.scenarios.catalog import load_scenario
+from pytest_wedge.watchdogs import kubernetes
 from pytest_wedge.watchdogs.kubernetes import Kubelet, KubernetesProbes, Probe, read_probes
 
 DEPLOYMENT = textwrap.dedent(
@@ -97,7 +98,8 @@ def test_without_a_spec_it_is_the_usual_liveness_probe_on_health() -> None:
     assert dog.acts and "never restarts decode-0" in dog.signal
     assert "restarts decode-0" in dog.harms
     readiness_only = KubernetesProbes("decode-0", {"name": "e", "readinessProbe": {"exec": {}}})
-    assert not readiness_only.acts and not readiness_only.harms
+    # It acts (the router is told to take the worker out of rotation) but restarts nothing.
+    assert readiness_only.acts and not readiness_only.harms
 
 
 def test_the_scenario_file_kind_takes_an_inline_container(tmp_path: Path) -> None:
@@ -200,12 +202,21 @@ def test_readiness_marks_not_ready_once_and_never_restarts(
 ) -> None:
     kubelet = _kubelet(Probe("readiness", "httpGet", "/health", period_s=1, failure_threshold=2))
     script = Results(kubelet, monkeypatch)
+
+    def untold(scene: object, target: str) -> str:
+        raise kubernetes.RouterNotTold("a test without a router")
+
+    monkeypatch.setattr(kubernetes, "take_out_of_rotation", untold)
     script.answers["readiness"] = "503"
     fired = []
     for step in range(6):
         script.now = 1000.0 + step
         if seen := kubelet(None):  # type: ignore[arg-type]
             fired.append(seen)
-            assert "marked decode-0 not ready" in kubelet.act(None)  # type: ignore[arg-type]
+            told = kubelet.act(None)  # type: ignore[arg-type]
+            assert told == (
+                "marked decode-0 not ready and reported only: the router was not told "
+                "(a test without a router)"
+            )
     assert len(fired) == 1 and "the kubelet marks it not ready" in fired[0]
     assert kubelet.restarts == 0
