@@ -60,6 +60,10 @@ class StubOptions:
     bootstrap_no_progress_s: float = 0.0
     """Prefill: fail the requests no decode came for once none came for any room this long
     (a no-progress bootstrap deadline; 0: off)."""
+    keepalive_timeout_s: float = 0.0
+    """The engine server's keep-alive timeout: a generation request on a connection idle this
+    long finds it closed and reset, as when a router's pool reuses a connection the server's
+    keep-alive timer (5 s in SGLang and vLLM) closed (smg pull request #2162; 0: off)."""
     protocol: str = "sglang"
     """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
     (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""

@@ -43,6 +43,7 @@ class StubConfig:
     transfer_timeout_s: float | None = None
     bootstrap_timeout_s: float = 300.0
     bootstrap_no_progress_s: float | None = None
+    keepalive_timeout_s: float | None = None
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -66,7 +67,12 @@ class StubConfig:
 NOT_FLAGS = frozenset({"bootstrap_routes", "max_total_tokens", "version"})
 # A watchdog given as 0 on the command line is off, which the engine models as None.
 OFF_IF_ZERO = frozenset(
-    {"inflight_pin_watchdog_s", "transfer_timeout_s", "bootstrap_no_progress_s"}
+    {
+        "inflight_pin_watchdog_s",
+        "transfer_timeout_s",
+        "bootstrap_no_progress_s",
+        "keepalive_timeout_s",
+    }
 )
 CHOICES = {
     "role": ROLES,
@@ -84,6 +90,9 @@ HELP = {
     "(default), or until the request ends (its KV memory held through generation)",
     "bootstrap_no_progress_s": "prefill: fail a request no decode came for once no decode has "
     "come for any room for this long (a no-progress bootstrap deadline; 0: off)",
+    "keepalive_timeout_s": "a generation request on a keep-alive connection idle this long finds "
+    "it closed by the server and reset (uvicorn's keep-alive timer in SGLang and vLLM is 5 s; "
+    "0: off, aiohttp keeps connections 75 s)",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",

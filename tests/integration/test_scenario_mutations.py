@@ -33,6 +33,10 @@ def without_faults(s):
     return dataclasses.replace(s, faults=())
 
 
+def router_args(s, *args):
+    return dataclasses.replace(s, spec=dataclasses.replace(s.spec, router_args=args))
+
+
 def bootstrap_deadline(s, setting, **expect):
     """The scenario's one stub watchdog on another setting (from arrival / without progress)."""
     armed = s.watchdogs[0]
@@ -170,6 +174,25 @@ MUTATIONS = {
         without_watchdogs,
         ScenarioFailed,
         "expected a false positive on healthy work; the watchdogs left it alone",
+    ),
+    # Router-side field incidents.
+    "stale-pooled-keepalive-connection": (
+        # The pool keeps idle connections forever (smg's 0, the 50 s pool before the fix).
+        lambda s: router_args(s, "--upstream-pool-idle-timeout-secs", "0", "--disable-retries"),
+        ScenarioFailed,
+        "expected the wedge at none, the diagnosis says router->decode-0",
+    ),
+    "client-errors-open-the-circuit-breaker": (
+        # The same requests answered 500: server errors the breakers count.
+        lambda s: dataclasses.replace(
+            s,
+            faults=tuple(
+                dataclasses.replace(f, fault=dataclasses.replace(f.fault, status=500))
+                for f in s.faults
+            ),
+        ),
+        ScenarioFailed,
+        "expected the wedge at none, the diagnosis says router",
     ),
 }
 
