@@ -24,6 +24,7 @@ OVERRIDABLE_EXPECT = (
     "false_positive",
     "quiet",
     "executed_once",
+    "settle_within_s",
 )
 
 

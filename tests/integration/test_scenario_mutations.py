@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from pytest_wedge.faults import ErrorStatus, Pause, PinOnAbort, Timeout
+from pytest_wedge.faults import ErrorStatus, Pause, PinOnAbort, ResetPeer, Timeout
 from pytest_wedge.scenarios.catalog import ScheduledFault, catalog
 from pytest_wedge.scenarios.runner import ScenarioFailed, run_scenario
 from pytest_wedge.waiting import WaitTimeout
@@ -193,6 +193,12 @@ MUTATIONS = {
         ),
         ScenarioFailed,
         "expected the wedge at none, the diagnosis says router",
+    ),
+    "decode-transport-error-orphans-prefill": (
+        # The reset on the prefill's link instead: the failure is the prefill leg's.
+        lambda s: fault_moved(s, ResetPeer("router->prefill-0", stream="upstream")),
+        ScenarioFailed,
+        "expected the wedge at router->decode-0, the diagnosis says router->prefill-0",
     ),
 }
 
