@@ -136,6 +136,7 @@ as the Python constructors; a file with a mistake fails alone, as the item
 TOP_KEY_MEANINGS = {
     "name": "Required: the scenario's name, unique in the catalog; its node id.",
     "summary": "Required: one line, shown by `--wedge-scenarios=list`.",
+    "source": "The public issue or pull request it models (`owner/repo#N`; several separated by `; `).",
     "incident": "Which incident it reproduces (an integer).",
     "timeout_s": "The scenario's pytest-timeout, in seconds (default 60).",
     "topology": "The topology: [topology.md](topology.md).",
