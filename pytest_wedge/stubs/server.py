@@ -49,13 +49,20 @@ def keepalive_close(timeout_s: float) -> Any:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
         since = idle_since.pop(transport, None) if transport is not None else None
-        stale = since is not None and time.monotonic() - since >= timeout_s
-        if transport is not None and stale and request.method == "POST" and request.path in PATHS:
+        idle_s = 0.0 if since is None else time.monotonic() - since
+        generation = request.method == "POST" and request.path in PATHS
+        if transport is not None and idle_s >= timeout_s and generation:
             sock = transport.get_extra_info("socket")
             if sock is not None:  # SO_LINGER 0: the close is a reset, as on a closed socket
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             transport.abort()
-            raise ConnectionResetError("keep-alive connection reused after the server closed it")
+            log.info(
+                "reset POST %s: its keep-alive connection was idle %.1f s (keep-alive %g s)",
+                request.path,
+                idle_s,
+                timeout_s,
+            )
+            return web.Response(status=500)  # never written: the connection is gone
         try:
             return await handler(request)
         finally:
