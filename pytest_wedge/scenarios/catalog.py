@@ -109,7 +109,8 @@ class Expect:
     """What a scenario checks: the ``[expect]`` table."""
 
     located_at: str
-    """The hop the diagnosis must name (``decode-0``, ``router->decode-0``), or ``none``."""
+    """The hop the diagnosis must name (``decode-0``, ``router->decode-0``), or ``none``;
+    ``a|b``: either one, where the same fault lands on one of two hops by chance."""
     red_herring: str | None = None
     """A text one of the diagnosis's red-herring lines must contain (``stray-1``)."""
     cleared_within_s: float | None = None

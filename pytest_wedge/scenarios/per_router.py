@@ -25,6 +25,7 @@ OVERRIDABLE_EXPECT = (
     "quiet",
     "executed_once",
     "every_request_ok",
+    "settle_within_s",
 )
 
 

@@ -68,6 +68,10 @@ class StubOptions:
     and ``/health`` get 503), as SGLang's HTTP server and vLLM's ``--shutdown-timeout`` do;
     0: stop at once, cutting them (vLLM's default). A runtime's stop waits the Terminate
     fault's ``grace_s`` (or the pod's ``terminationGracePeriodSeconds``) before SIGKILL."""
+    keepalive_timeout_s: float = 0.0
+    """The engine server's keep-alive timeout: a generation request on a connection idle this
+    long finds it closed and reset, as when a router's pool reuses a connection the server's
+    keep-alive timer (5 s in SGLang and vLLM) closed (smg pull request #2162; 0: off)."""
     protocol: str = "sglang"
     """The engine the stubs impersonate: ``sglang`` (bootstrap rooms) or ``vllm``
     (``kv_transfer_params``); ``worker_protocol`` sets it for a topology."""

@@ -45,6 +45,7 @@ class StubConfig:
     bootstrap_no_progress_s: float | None = None
     kv_slots: int = 0  # 0: no limit
     sigterm_drain_s: float = 0.0
+    keepalive_timeout_s: float | None = None
     context_length: int = 32768
     max_total_tokens: int = 524288
     version: str = "0.0.0-wedge-stub"
@@ -68,7 +69,12 @@ class StubConfig:
 NOT_FLAGS = frozenset({"bootstrap_routes", "max_total_tokens", "version"})
 # A watchdog given as 0 on the command line is off, which the engine models as None.
 OFF_IF_ZERO = frozenset(
-    {"inflight_pin_watchdog_s", "transfer_timeout_s", "bootstrap_no_progress_s"}
+    {
+        "inflight_pin_watchdog_s",
+        "transfer_timeout_s",
+        "bootstrap_no_progress_s",
+        "keepalive_timeout_s",
+    }
 )
 CHOICES = {
     "role": ROLES,
@@ -91,6 +97,9 @@ HELP = {
     "sigterm_drain_s": "on SIGTERM, let the requests in flight finish for up to this many "
     "seconds (new ones and /health get 503) before stopping, as SGLang's HTTP server and vLLM "
     "with --shutdown-timeout do; 0 (default): stop at once, as vLLM does by default",
+    "keepalive_timeout_s": "a generation request on a keep-alive connection idle this long finds "
+    "it closed by the server and reset (uvicorn's keep-alive timer in SGLang and vLLM is 5 s; "
+    "0: off, aiohttp keeps connections 75 s)",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",

@@ -9,7 +9,11 @@ import logging
 import os
 import signal
 import socket
+import struct
 import sys
+import time
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +30,46 @@ from .wire import send_error
 log = logging.getLogger("pytest_wedge.stubs")
 KV: web.AppKey[decode.KvClient] = web.AppKey("kv", decode.KvClient)
 METRICS: web.AppKey[Exposition] = web.AppKey("metrics", Exposition)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def keepalive_close(timeout_s: float) -> Any:
+    """The engine server's keep-alive timer (uvicorn's ``timeout_keep_alive``, 5 s in SGLang and
+    vLLM) racing a router that reuses the connection at its edge, the reuse losing every time:
+    a generation request on a connection idle ``timeout_s`` or longer finds it closed, reset
+    with no answer. A real close whose FIN reached the router first would just drop the
+    connection from its pool; the race the field loses (smg pull request #2162) is made certain
+    here, on the non-idempotent POSTs a router's HTTP client never replays (a probe's GET is
+    answered: a client may retry it on a fresh connection)."""
+    idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        since = idle_since.pop(transport, None) if transport is not None else None
+        idle_s = 0.0 if since is None else time.monotonic() - since
+        generation = request.method == "POST" and request.path in PATHS
+        if transport is not None and idle_s >= timeout_s and generation:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # SO_LINGER 0: the close is a reset, as on a closed socket
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+            log.info(
+                "reset POST %s: its keep-alive connection was idle %.1f s (keep-alive %g s)",
+                request.path,
+                idle_s,
+                timeout_s,
+            )
+            return web.Response(status=500)  # never written: the connection is gone
+        try:
+            return await handler(request)
+        finally:
+            if transport is not None and not transport.is_closing():
+                idle_since[transport] = time.monotonic()
+
+    return middleware
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -175,6 +219,8 @@ async def drain_gate(request: web.Request, handler: Any) -> web.StreamResponse:
 
 def make_app(engine: Engine) -> web.Application:
     middlewares = [drain_gate] if engine.config.sigterm_drain_s > 0 else []
+    if keepalive := engine.config.keepalive_timeout_s:
+        middlewares.append(keepalive_close(keepalive))
     app = web.Application(client_max_size=16 * 1024 * 1024, middlewares=middlewares)
     app[ENGINE] = engine
     cfg = engine.config

@@ -174,3 +174,21 @@ def test_slots_released_after_the_transfer_timeout_come_back_only_then(wedge):
     )
     assert decode.state()["states"].get("transfer", 0) == 0
     assert time.time() >= max(o["release_at"] for o in slots["orphans"])
+
+
+@pytest.mark.wedge(stub={"keepalive_timeout_s": 1.0})
+def test_a_generation_request_on_a_connection_idle_past_the_keepalive_is_reset(wedge):
+    """The engine server's keep-alive: a POST on a connection idle 1 s or longer is reset with
+    no answer, a GET after the same gap is answered, and a fresh connection serves again."""
+    from pytest_wedge.loopback import loopback_client
+
+    url = wedge.stub("decode-0").base_url
+    body = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}]}
+    with loopback_client(base_url=url, timeout=5) as client:
+        assert client.post("/v1/chat/completions", json={**body, "max_tokens": 2}).is_success
+        time.sleep(1.2)  # the idle gap itself: past the server's keep-alive
+        assert client.get("/health").is_success
+        time.sleep(1.2)
+        with pytest.raises(httpx.TransportError):
+            client.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+        assert client.post("/v1/chat/completions", json={**body, "max_tokens": 2}).is_success

@@ -438,3 +438,90 @@ def test_a_router_circuit_breaker_opens_on_a_failing_decode_except_on_vllm_route
         return
     assert fired[0].detail == "the router's smg_worker_cb_state of decode-0 reads open", fired
     assert fired[0].outcome.startswith("done: verified: 3 new requests answered (503"), fired
+
+
+def test_sglang_and_vllm_routers_have_no_pool_idle_timeout_flag() -> None:
+    """Cited by stale-pooled-keepalive-connection: smg 1.13 has smg pull request #2162's
+    --upstream-pool-idle-timeout-secs; sglang-router 0.3.2 and vllm-router 0.1.17 have no
+    flag for their upstream pool's idle time."""
+    import subprocess
+
+    from pytest_wedge.routers.envs import ensure_env
+    from pytest_wedge.runtime.binaries import smg_path
+
+    def shown(argv: list[str]) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+
+    smg = smg_path()
+    assert smg is not None
+    assert "--upstream-pool-idle-timeout-secs" in shown([smg, "launch", "--help"])
+    sglang = ensure_env(SGLANG_ROUTER.package, SGLANG_ROUTER.version)
+    vllm = ensure_env(VLLM_ROUTER.package, VLLM_ROUTER.version)
+    for text in (
+        shown([sglang.script("sglang-router"), "launch", "--help"]),
+        shown([vllm.script("vllm-router"), "--help"]),
+    ):
+        assert "--retry-max-retries" in text  # the help was read
+        assert "pool-idle" not in text and "keep-alive" not in text
+
+
+@pytest.mark.wedge(router="vllm-router", stub={"keepalive_timeout_s": 2.0})
+def test_vllm_router_sends_nothing_on_a_connection_idle_past_the_engine_keepalive(wedge):
+    """Cited by stale-pooled-keepalive-connection: after a burst of 16 requests and a 3 s
+    idle gap, past the stubs' 2 s keep-alive, every request of vllm-router 0.1.17 is ok,
+    though it never retries in PD mode: it sent none on a connection the stub had closed."""
+    burst = wedge.harness(agents=16, rounds=1, max_tokens=4, origin="burst")
+    assert burst.wait(30)
+    harness = wedge.harness(agents=4, rounds=2, think_time_s=3.0, max_tokens=4)
+    assert harness.wait(30)
+    assert wedge.ledger.by_origin("harness").states()["ok"] == 8
+
+
+@pytest.mark.wedge(router="vllm-router", stub={"bootstrap_timeout_s": 3.0})
+def test_vllm_router_fails_a_reset_decode_leg_at_once_and_the_prefill_keeps_its_kv_until_expiry(
+    wedge,
+):
+    """Cited by decode-transport-error-orphans-prefill: vllm-router 0.1.17 calls the decode
+    after the prefill answered, so a reset on router->decode-0 fails each request at once
+    (500), while the prefill holds the KV it answered with until its expiry deadline."""
+    from pytest_wedge.faults import ResetPeer
+    from pytest_wedge.waiting import wait_for
+
+    wedge.apply(ResetPeer("router->decode-0", stream="upstream"))
+    harness = wedge.harness(agents=2, rounds=1, max_tokens=4, client_timeout_s=20)
+    assert harness.wait(5)
+    records = wedge.ledger.by_origin("harness").records
+    assert [(r.state, r.status) for r in records] == [("error", 500)] * 2
+    assert all(r.finished is not None and r.finished - r.sent < 2.0 for r in records)
+    assert wedge.stub("prefill-0").state()["active"] == 2
+    wait_for(lambda: wedge.stub("prefill-0").state()["active"] == 0, timeout_s=6, what="expiry")
+
+
+@pytest.mark.wedge(router="vllm-router")
+def test_vllm_router_calls_the_decode_only_after_the_prefill_answered(wedge):
+    """Cited by kv-load-deadline-charged-prefill-queue-time: under vllm-router 0.1.17 each
+    request reaches the decode only after its prefill leg had its KV ready and answered, so a
+    decode's KV-load deadline never runs through the prefill's queue (routers.md B2)."""
+    harness = wedge.harness(agents=4, rounds=1, max_tokens=4)
+    assert harness.wait(30)
+    ledgers = wedge.worker_ledgers()
+    prefill = {e["request_id"]: e["t"] for e in ledgers["prefill-0"]["entries"]}
+    decode = [e for e in ledgers["decode-0"]["entries"] if e["request_id"] in prefill]
+    assert len(decode) >= 4
+    assert all(e["t"]["arrived"] >= prefill[e["request_id"]]["kv_ready"] for e in decode)
+
+
+@pytest.mark.wedge(router="sglang-router", stub={"keepalive_timeout_s": 2.0})
+def test_sglang_router_fails_requests_sent_after_an_idle_gap_past_the_engine_keepalive(wedge):
+    """Cited by stale-pooled-keepalive-connection: after a burst of 16 requests and a 3 s idle
+    gap, past the stubs' 2 s keep-alive, sglang-router 0.3.2 sends the next requests on the
+    closed connections it pooled; they are refused once its retries opened the breakers, or
+    hang on a decode waiting for KV its failed prefill leg never produced."""
+    burst = wedge.harness(agents=16, rounds=1, max_tokens=4, origin="burst")
+    assert burst.wait(30)
+    harness = wedge.harness(agents=4, rounds=2, think_time_s=3.0, max_tokens=4, client_timeout_s=3)
+    assert harness.wait(30)
+    second = [r for r in wedge.ledger.by_origin("harness").records if r.round == 1]
+    assert len(second) == 4 and [r.state for r in second] != ["ok"] * 4
+    failed = [r for r in second if r.state != "ok"]
+    assert all(r.state == "timeout" or r.status == 503 for r in failed), failed

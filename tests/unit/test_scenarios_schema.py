@@ -52,6 +52,10 @@ FIELD_INCIDENTS = {
     "replayed-prefill-error-executes-twice": "sglang issue #34572",
     "decode-never-leaves-bootstrapping": "sglang issue #39367",
     "health-200-while-kv-transfer-hangs": "sglang issue #23342",
+    "stale-pooled-keepalive-connection": "smg pull request #2162",
+    "client-errors-open-the-circuit-breaker": "sglang issue #25811",
+    "decode-transport-error-orphans-prefill": "sglang pull request #29482",
+    "kv-load-deadline-charged-prefill-queue-time": "llm-d-router issue #2438",
 }
 
 
