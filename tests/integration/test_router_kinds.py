@@ -408,3 +408,25 @@ def test_a_router_circuit_breaker_opens_on_a_failing_decode_except_on_vllm_route
         return
     assert fired[0].detail == "the router's smg_worker_cb_state of decode-0 reads open", fired
     assert fired[0].outcome.startswith("done: verified: 3 new requests answered (503"), fired
+
+
+@pytest.mark.parametrize("kind", ["smg", "vllm-router"])
+def test_a_router_health_check_with_a_request_timeout_clears_a_paused_decode(wedge_factory, kind):
+    """The advice of the health check's "acted, wedge stayed" row, followed: a request timeout
+    ends the requests held by the paused decode (smg retries them onto decode-1, vllm-router
+    answers 500), and the health check keeps new requests off it: its row reads "cleared"."""
+    from pytest_wedge.faults import Pause
+    from pytest_wedge.watchdogs import RouterHealthCheck
+
+    args = [*HEALTH_FLAGS, "--request-timeout-secs", "3"]
+    wedge = wedge_factory(router=kind, decode=2, router_args=args)
+    with wedge.expect_cleared(within_s=8.0, watchdogs=[RouterHealthCheck("decode-0")]) as check:
+        wedge.apply(Pause("decode-0"))
+        wedge.harness(agents=12, rounds=1, max_tokens=4, client_timeout_s=30)
+    (health,) = check.watchdog_rows
+    assert health["case"] == "cleared", health
+    states = wedge.ledger.by_origin("harness").states()
+    if kind == "smg":  # every request cut at 3 s was retried onto decode-1
+        assert states["ok"] == 12, states
+    else:  # no retries: those on decode-0 end 500 at 3 s
+        assert states["ok"] + states["error"] == 12 and states["error"] > 0, states
