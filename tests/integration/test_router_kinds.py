@@ -404,7 +404,7 @@ def test_a_router_health_check_takes_a_paused_decode_out_of_rotation_on_every_ki
         assert diagnosis.location == "decode-0", diagnosis.render()
     else:
         assert diagnosis.location == "router", diagnosis.render()
-        assert "this router keeps no per-worker count" in " ".join(diagnosis.decided_by)
+        assert "this router keeps no" in " ".join(diagnosis.decided_by), diagnosis.decided_by
 
 
 @pytest.mark.parametrize("kind", ["smg", "sglang-router", "vllm-router"])
@@ -525,3 +525,25 @@ def test_sglang_router_fails_requests_sent_after_an_idle_gap_past_the_engine_kee
     assert len(second) == 4 and [r.state for r in second] != ["ok"] * 4
     failed = [r for r in second if r.state != "ok"]
     assert all(r.state == "timeout" or r.status == 503 for r in failed), failed
+
+
+@pytest.mark.parametrize("kind", ["smg", "vllm-router"])
+def test_a_router_health_check_with_a_request_timeout_clears_a_paused_decode(wedge_factory, kind):
+    """The advice of the health check's "acted, wedge stayed" row, followed: a request timeout
+    ends the requests held by the paused decode (smg retries them onto decode-1, vllm-router
+    answers 500), and the health check keeps new requests off it: its row reads "cleared"."""
+    from pytest_wedge.faults import Pause
+    from pytest_wedge.watchdogs import RouterHealthCheck
+
+    args = [*HEALTH_FLAGS, "--request-timeout-secs", "3"]
+    wedge = wedge_factory(router=kind, decode=2, router_args=args)
+    with wedge.expect_cleared(within_s=8.0, watchdogs=[RouterHealthCheck("decode-0")]) as check:
+        wedge.apply(Pause("decode-0"))
+        wedge.harness(agents=12, rounds=1, max_tokens=4, client_timeout_s=30)
+    (health,) = check.watchdog_rows
+    assert health["case"] == "cleared", health
+    states = wedge.ledger.by_origin("harness").states()
+    if kind == "smg":  # every request cut at 3 s was retried onto decode-1
+        assert states["ok"] == 12, states
+    else:  # no retries: those on decode-0 end 500 at 3 s
+        assert states["ok"] + states["error"] == 12 and states["error"] > 0, states
