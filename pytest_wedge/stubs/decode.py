@@ -102,7 +102,7 @@ async def transfer(engine: Engine, kv: KvClient, info: RequestInfo, entry: Entry
     kv.target(info)  # a request without a bootstrap address never takes a slot
     # A decode that never leaves bootstrapping holds it here, before the prefill hears of it.
     await engine.stall(entry, "stall_bootstrap")
-    if engine.faults:
+    if engine.faults.has_kind("blocking_bootstrap_call"):
         await until_released(entry, kv.prefill_info(info, entry))
     await until_released(entry, engine.prealloc.take(entry))
     engine.move(entry, "transfer", "transfer_start")

@@ -62,7 +62,8 @@ async def handle(
     async def _prefill(reply: Reply, entry: Entry) -> web.StreamResponse:
         if room is not None:
             room.entry = entry
-        await until_released(entry, engine.take_kv_blocks(entry))
+        if engine.kv_blocks is not None:
+            await until_released(entry, engine.take_kv_blocks(entry))
         await admit(engine, entry, "prefilling")
         await engine.stall(entry, "stall_before_first_token")
         await until_released(
