@@ -138,6 +138,21 @@ class Engine:
         self._pins.add(task)
         task.add_done_callback(self._pins.discard)
 
+    def leak(self, entry: Entry) -> None:
+        """Answered, yet never given back: the request keeps its running slot and its place in
+        ``num_running_reqs`` (a slot leak, planted for the soak's self-test) until a reset or
+        a shutdown releases it."""
+        entry.detached = True
+
+        async def held() -> None:
+            await entry.release.wait()
+            self.finish(entry, "ok", f"leaked slot freed by {entry.release_reason}")
+            self.free_slot(entry)
+
+        task = asyncio.get_running_loop().create_task(held())
+        self._pins.add(task)
+        task.add_done_callback(self._pins.discard)
+
     def release(self, entry: Entry, reason: str) -> None:
         if not entry.release.is_set():
             entry.release_reason = reason
