@@ -43,7 +43,7 @@ class Counters:
 class Engine:
     def __init__(self, config: StubConfig) -> None:
         self.config = config
-        self.ledger = Ledger()
+        self.ledger = Ledger(config.ledger_size)
         self.slots = SlotPool(config.max_running)
         self.prealloc = Prealloc(
             config.prealloc_capacity, config.slot_on_transfer_failure, config.prealloc_hold
