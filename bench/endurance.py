@@ -28,7 +28,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -279,8 +278,10 @@ def soak(args: argparse.Namespace) -> int:
     print(f"soak: {args.minutes:g} min, {len(faults)} faults in turn, {warmup} warm-up cycles")
     for line in skipped:
         print(f"  left out: {line}")
-    out = Path(args.out)
+    # A folder per run: two soaks at once must not share their logs and samples.
+    out = Path(args.out or f".wedge-artifacts/soak/{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     out.mkdir(parents=True, exist_ok=True)
+    print(f"soak: samples and logs in {out}")
     run = Run()
     ledger = ClientLedger()
     with WedgeSession(artifacts_dir=out / "artifacts") as session:
@@ -442,11 +443,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(os.environ.get("SOAK_LEAK_EVERY") or 0),
         help="plant a leak: decode-0 keeps one slot of every N requests (env SOAK_LEAK_EVERY)",
     )
-    parser.add_argument("--out", default=".wedge-artifacts/soak", help="samples and logs")
-
-
-def fitted_from_file(path: Path) -> dict[str, Any]:
-    """The slopes of a saved run (``samples.json``), to set bounds from past runs."""
-    data = json.loads(path.read_text())
-    run = Run(times=data["times"], groups=data["groups"], samples=data["samples"])
-    return {name: slope for name, slope in slopes(run).items()}
+    parser.add_argument(
+        "--out", help="samples and logs (default: a folder of its own under .wedge-artifacts/soak)"
+    )
