@@ -81,7 +81,13 @@ docs: install
 bench: install
 	scripts/docker-daemon.sh run $(BIN)/python -m bench
 
-# The catalog SOAK_ROUNDS times (default 10): pass rate and time-to-clear spread per scenario.
+# Endurance: the catalog's faults in turn over one long-lived 1P+1D topology under a steady
+# 30-agent load for SOAK_MINUTES (default 20); every process sampled, each series' slope per
+# hour with its interval, a failure when one grows beyond its bound (docs/performance.md).
+# SOAK_LEAK_EVERY=N plants a slot leak (the self-test: it must fail). SOAK_ROUNDS=K instead
+# runs the catalog K times: pass rate and time-to-clear spread per scenario.
+SOAK_MINUTES ?= 20
+export SOAK_MINUTES SOAK_LEAK_EVERY SOAK_ROUNDS
 soak: install
 	$(BIN)/python -m bench.soak
 

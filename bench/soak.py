@@ -1,7 +1,16 @@
-"""Soak: run the scenario catalog K times and report each scenario's pass rate and the spread
-of its time to clear.
+"""Soak, two modes.
 
-    python -m bench.soak [--rounds K] [--scenarios NAMES] [--budget-s SECONDS] [-- PYTEST_ARGS]
+Timed (the default; bench/endurance.py): the catalog's faults in turn over one long-lived
+topology under a steady 30-agent load for ``--minutes`` (env SOAK_MINUTES, default 20),
+sampling every process for leaks; it prints each series' slope per hour with its interval and
+fails when one grows beyond its bound. ``--leak-every N`` plants a slot leak (its self-test).
+
+    python -m bench.soak [--minutes M] [--leak-every N] [--router KIND]
+
+Rounds (``--rounds K``, or env SOAK_ROUNDS): run the scenario catalog K times and report each
+scenario's pass rate and the spread of its time to clear.
+
+    python -m bench.soak --rounds K [--scenarios NAMES] [--budget-s SECONDS] [-- PYTEST_ARGS]
 
 Each round is a fresh ``pytest --wedge-scenarios`` process (a new session, as in CI). Outcomes
 and each scenario's ``wedge_time_to_clear_s`` come from the round's JUnit XML. Bounded in time:
@@ -22,6 +31,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench import endurance
 
 PROPERTY = "wedge_time_to_clear_s"
 
@@ -106,12 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    rounds = os.environ.get("SOAK_ROUNDS")
     parser.add_argument(
         "--rounds",
         type=int,
-        default=int(os.environ.get("SOAK_ROUNDS", "10")),
-        help="how many times to run the catalog (env SOAK_ROUNDS; default 10)",
+        default=int(rounds) if rounds else None,
+        help="run the catalog this many times instead of the timed soak (env SOAK_ROUNDS)",
     )
+    endurance.add_arguments(parser)
     parser.add_argument("--scenarios", default="", help="comma-separated names (default: all)")
     parser.add_argument(
         "--budget-s",
@@ -122,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", metavar="DIR", help="keep logs and JUnit XML in DIR")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        if args.minutes <= 0:
+            parser.error("--minutes must be > 0")
+        return endurance.soak(args)
     if args.rounds < 1 or args.budget_s <= 0:
         parser.error("--rounds must be >= 1 and --budget-s > 0")
 

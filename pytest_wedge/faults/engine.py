@@ -267,3 +267,18 @@ class TimeoutSkipsTransferring(EngineFault):
     target: str = field(default="decode-0", kw_only=False)
     kind: ClassVar[str] = "timeout_skips_transferring"
     roles: ClassVar[tuple[str, ...]] = ("decode",)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class LeakSlot(EngineFault):
+    """Every ``every``-th request the decode completes is answered in full and never given
+    back: it keeps its running slot and stays in ``num_running_reqs``. A planted leak (the
+    soak's self-test, ``bench/soak.py``); a revert stops the leaking, a reset frees what
+    leaked."""
+
+    target: str = field(default="decode-0", kw_only=False)
+    every: int = 100  # the stub requires it; one in a hundred shows within minutes
+    """Leak one request of this many (counted per fault, over matching requests)."""
+    kind: ClassVar[str] = "leak_slot"
+    roles: ClassVar[tuple[str, ...]] = ("decode",)

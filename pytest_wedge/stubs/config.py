@@ -39,6 +39,7 @@ class StubConfig:
     slot_on_transfer_failure: str = "released"
     prealloc_hold: str = "transfer"
     max_tokens_default: int = 16
+    ledger_size: int = 20_000
     inflight_pin_watchdog_s: float | None = None
     transfer_timeout_s: float | None = None
     bootstrap_timeout_s: float = 300.0
@@ -101,6 +102,8 @@ HELP = {
     "it closed by the server and reset (uvicorn's keep-alive timer in SGLang and vLLM is 5 s; "
     "0: off, aiohttp keeps connections 75 s)",
     "protocol": "the engine protocol to speak: sglang (default) or vllm",
+    "ledger_size": "requests the ledger's history keeps (/ledger), the oldest dropped first; "
+    "live requests are counted either way",
     "ledgerless": "switch off the ledger and the control API (/ledger, /control/*): "
     "the worker shows only what a real engine shows",
 }
@@ -143,6 +146,8 @@ def parse_args(argv: Sequence[str] | None = None) -> StubConfig:
     ns = parser.parse_args(argv)
     if ns.max_running < 1 or ns.max_queue < 0:
         parser.error("--max-running must be >= 1 and --max-queue >= 0")
+    if ns.ledger_size < 1:
+        parser.error("--ledger-size must be >= 1")
     if ns.prealloc_slots < 0:
         parser.error("--prealloc-slots must be >= 0 (0: twice --max-running)")
     if ns.kv_slots < 0:

@@ -162,7 +162,10 @@ async def handle(
         if stall_at >= len(words):
             await engine.stall(entry, "stall_after_tokens")
         resp = await reply.finish()
-        engine.finish(entry, "ok")
+        if engine.faults.fire("leak_slot", info.origin) is not None:
+            engine.leak(entry)
+        else:
+            engine.finish(entry, "ok")
         return resp
 
     first = "prealloc" if info.room is not None else "queued"

@@ -30,6 +30,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "refuse_bootstrap": {},
     "blocking_bootstrap_call": {"timeout_ms": 5000.0, "retries": 15},
     "timeout_skips_transferring": {},
+    "leak_slot": {"every": None},
 }
 # Limits a listing shows only where they limit: an unlimited error_status reads as before.
 QUIET_AT_DEFAULT = frozenset({"first_n", "probability", "after_kv_taken", "delay_ms", "midway"})
@@ -56,6 +57,7 @@ class StubFault:
     midway: bool = False
     timeout_ms: float = 0.0
     retries: int = 0
+    every: int = 0
 
     def matches(self, origin: str) -> bool:
         return self.origin is None or self.origin == origin
@@ -116,6 +118,7 @@ CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "midway": _of_type(bool, "true or false"),
     "timeout_ms": _ms,
     "retries": lambda kind, key, v: _int(kind, key, v, 1, 1000),
+    "every": lambda kind, key, v: _int(kind, key, v, 1, 10_000_000),
 }
 
 
@@ -191,8 +194,9 @@ class StubFaultSet:
 
     def fire(self, kind: str, origin: str) -> StubFault | None:
         """The fault of ``kind`` that acts on this request, counting it against the fault's
-        ``first_n`` and drawing its ``probability``; None when none acts. Use it for faults
-        that act per request (error_status); ``find`` only looks."""
+        ``first_n`` and drawing its ``probability`` (or acting on every ``every``-th); None
+        when none acts. Use it for faults that act per request (error_status, leak_slot);
+        ``find`` only looks."""
         if not self._by_name:
             return None
         for fault in self._by_name.values():
@@ -200,6 +204,8 @@ class StubFaultSet:
                 continue
             draws = self._draws[fault.name]
             draws.matched += 1
+            if fault.every and draws.matched % fault.every:
+                continue
             if fault.first_n and draws.fired >= fault.first_n:
                 continue
             if draws.rng.random() < fault.probability:
@@ -224,7 +230,7 @@ class StubFaultSet:
         for fault in self._by_name.values():
             item = fault.to_json()
             draws = self._draws.get(fault.name)
-            if fault.kind == "error_status" and draws is not None:
+            if fault.kind in ("error_status", "leak_slot") and draws is not None:
                 item.update(matched=draws.matched, fired=draws.fired)
             out.append(item)
         return out

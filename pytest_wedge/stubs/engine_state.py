@@ -44,7 +44,7 @@ class Counters:
 class Engine:
     def __init__(self, config: StubConfig) -> None:
         self.config = config
-        self.ledger = Ledger()
+        self.ledger = Ledger(config.ledger_size)
         self.slots = SlotPool(config.max_running)
         self.prealloc = Prealloc(
             config.prealloc_capacity, config.slot_on_transfer_failure, config.prealloc_hold
@@ -155,6 +155,21 @@ class Engine:
             await entry.release.wait()
             reason = entry.release_reason
             self.finish(entry, "released" if reason == WATCHDOG_PIN else "aborted", reason)
+
+        task = asyncio.get_running_loop().create_task(held())
+        self._pins.add(task)
+        task.add_done_callback(self._pins.discard)
+
+    def leak(self, entry: Entry) -> None:
+        """Answered, yet never given back: the request keeps its running slot and its place in
+        ``num_running_reqs`` (a slot leak, planted for the soak's self-test) until a reset or
+        a shutdown releases it."""
+        entry.detached = True
+
+        async def held() -> None:
+            await entry.release.wait()
+            self.finish(entry, "ok", f"leaked slot freed by {entry.release_reason}")
+            self.free_slot(entry)
 
         task = asyncio.get_running_loop().create_task(held())
         self._pins.add(task)

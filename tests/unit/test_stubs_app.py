@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from pytest_wedge.evidence.parse import parse_engine_metrics
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine_faults import parse_fault
 from pytest_wedge.stubs.engine_state import Engine
@@ -160,6 +161,36 @@ def test_serialize_fault_queues_and_reset_releases_stalls() -> None:
                 await (await r).read()  # every stalled or queued stream has ended
             state = await (await s.get("/control/state")).json()
             assert state["active"] == 0 and state["slots"]["used"] == 0
+        await engine.stop()
+        await server.close()
+
+    run(body)
+
+
+def test_leak_slot_keeps_one_answered_request_running_in_every_n_until_a_reset() -> None:
+    async def body() -> None:
+        engine = Engine(StubConfig(role="decode", port=1, itl_ms=0))
+        engine.start()
+        server = await start(engine)
+        async with ClientSession(str(server.make_url(""))) as s:
+            await s.post("/control/faults", json={"name": "l", "kind": "leak_slot", "every": 3})
+            for _ in range(7):  # every answer is complete: the leak is the engine's alone
+                resp = await s.post("/v1/chat/completions", json=chat(2))
+                text = await resp.text()
+                assert len(contents(text)) == 2 and text.endswith("data: [DONE]\n\n")
+            state = await (await s.get("/control/state")).json()
+            assert (state["running"], state["slots"]["used"]) == (2, 2)  # the 3rd and the 6th
+            metrics = await (await s.get("/metrics")).text()
+            assert "sglang:num_running_reqs" in metrics
+            assert parse_engine_metrics(metrics)["num_running_reqs"] == 2
+            [fault] = state["faults"]
+            assert (fault["matched"], fault["fired"]) == (7, 2)
+            await s.delete("/control/faults/l")  # a revert stops the leaking, not the leak
+            await (await s.post("/v1/chat/completions", json=chat(1))).read()
+            state = await (await s.get("/control/state")).json()
+            assert state["slots"]["used"] == 2
+            state = await (await s.post("/control/reset")).json()
+            assert state["slots"]["used"] == 0 and state["active"] == 0
         await engine.stop()
         await server.close()
 

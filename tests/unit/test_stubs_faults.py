@@ -8,7 +8,11 @@ from pytest_wedge.stubs.engine_faults import KINDS, FaultError, StubFaultSet, pa
 
 
 def test_every_kind_parses_with_its_required_params() -> None:
-    required = {"stall_after_tokens": {"tokens": 3}, "slow_tokens": {"itl_ms": 50}}
+    required = {
+        "stall_after_tokens": {"tokens": 3},
+        "slow_tokens": {"itl_ms": 50},
+        "leak_slot": {"every": 2},
+    }
     for kind in KINDS:
         fault = parse_fault({"name": f"f-{kind}", "kind": kind, **required.get(kind, {})})
         assert fault.kind == kind and fault.origin is None
@@ -41,6 +45,7 @@ def test_params_and_defaults() -> None:
         ({"name": "x", "kind": "serialize", "tokens": 1}, "unknown parameter(s) tokens"),
         ({"name": "x", "kind": "slow_tokens", "itl_ms": "fast"}, "itl_ms"),
         ({"name": "x", "kind": "crash", "origin": 3}, "origin"),
+        ({"name": "x", "kind": "leak_slot", "every": 0}, "within 1.."),
     ],
 )
 def test_invalid_faults_say_what_is_wrong(body: object, text: str) -> None:

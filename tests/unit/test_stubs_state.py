@@ -59,6 +59,19 @@ def test_ledger_counts_states_and_tokens_by_origin() -> None:
     assert led.count("queued") == len(led.active)
 
 
+def test_the_ledger_size_bounds_the_history_from_the_command_line() -> None:
+    from pytest_wedge.stubs.config import parse_args
+
+    config = parse_args(["--role", "decode", "--port", "1", "--ledger-size", "3"])
+    engine = Engine(config)
+    for _ in range(5):
+        engine.ledger.move(engine.ledger.open(entry(), "queued"), "ok")
+    assert len(engine.ledger.entries) == 3
+    assert Engine(StubConfig(role="decode", port=1)).ledger.entries.maxlen == 20_000
+    with pytest.raises(SystemExit):
+        parse_args(["--role", "decode", "--port", "1", "--ledger-size", "0"])
+
+
 def test_slot_pool_is_fifo_and_follows_capacity() -> None:
     async def run() -> None:
         pool = SlotPool(1)
