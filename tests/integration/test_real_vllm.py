@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from pytest_wedge.handle import Wedge
-from pytest_wedge.metrics_text import samples
+from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.scenarios.catalog import Scenario, catalog
 from pytest_wedge.scenarios.runner import run_scenario
 from pytest_wedge.spec.workers import WorkerSpec
@@ -25,17 +25,22 @@ from pytest_wedge.spec.workers import WorkerSpec
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("real-vllm")]
 ENGINE = WorkerSpec(kind="vllm")
 SEED = {s.name: s for s in catalog()}["stray-requester-masks-router-wedge"]
-PULLED = 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}'
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 
 
 def on_vllm(scenario: Scenario, router: str) -> Scenario:
+    """``scenario`` on real engines. Its stray load is scaled to what a CPU decode sustains:
+    the stub's 10 requests/s of 64 tokens (640 tokens/s) would starve the harness on an
+    engine that makes tens of tokens a second on two loaded cores; 2/s of 16 tokens keeps the
+    decode visibly busy, which is all the red herring needs."""
+    strays = tuple({**stray, "rate_per_s": 2, "max_tokens": 16} for stray in scenario.strays)
     spec = dataclasses.replace(
         scenario.spec,
         router=dataclasses.replace(scenario.spec.router, kind=router),
         prefill_worker=ENGINE,
         decode_worker=ENGINE,
     )
-    return dataclasses.replace(scenario, spec=spec)
+    return dataclasses.replace(scenario, spec=spec, strays=strays)
 
 
 def open_on(wedge_factory: Any, router: str) -> Wedge:
@@ -50,7 +55,7 @@ def open_on(wedge_factory: Any, router: str) -> Wedge:
 
 def pulled_tokens(wedge: Wedge) -> float:
     text = httpx.get(wedge.topology.worker_url("decode-0") + "/metrics").text
-    return sum(v for _, v in samples(text, PULLED))
+    return metric_value(text, BY_SOURCE, source="external_kv_transfer")
 
 
 def engine_group(wedge: Wedge, name: str) -> list[psutil.Process]:
