@@ -4,8 +4,12 @@ without pytest, through ``WedgeSession().topology(spec)``)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import os
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -104,6 +108,7 @@ class Topology:
         self.links: dict[str, RunningLink] = {}
         self.components: dict[str, ComponentSpec] = {}
         self.stubs: dict[str, StubClient] = {}
+        self._engine_tmp: str | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
         # One pooled client for admin calls (no proxy variables, the shared SSL context).
         self.http = loopback_client(timeout=2.0)
@@ -147,6 +152,8 @@ class Topology:
                 self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
             for component in render_components(spec, self.plan, listen, self.exe):
+                if spec.worker(component.name).kind == "vllm" and component.role != "router":
+                    component = self._with_private_tmp(component)
                 self.components[component.name] = component
                 if component.is_stub:
                     url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
@@ -197,6 +204,16 @@ class Topology:
             self.close()
             raise
         return self
+
+    def _with_private_tmp(self, component: ComponentSpec) -> ComponentSpec:
+        """A vLLM engine's temp folder of its own, removed at close: the engine leaves its
+        IPC sockets there when it is killed."""
+        if self._engine_tmp is None:
+            self._engine_tmp = tempfile.mkdtemp(prefix="wedge-vllm-")
+        folder = os.path.join(self._engine_tmp, component.name)
+        os.makedirs(folder, exist_ok=True)
+        env = (("TMPDIR", folder), ("VLLM_RPC_BASE_PATH", folder))
+        return dataclasses.replace(component, env=(*component.env, *env))
 
     def _register_workers(self, timeout_s: float) -> None:
         """smg in front of vLLM engines learns them from POST /workers, through their links."""
@@ -347,6 +364,8 @@ class Topology:
                 self.toxiproxy.delete_proxy(link.proxy)
         for stub in self.stubs.values():
             stub.close()
+        if self._engine_tmp is not None:
+            shutil.rmtree(self._engine_tmp, ignore_errors=True)
         if self.plan is not None:
             self._allocator.release(self.plan.all_ports())
         self.links.clear()
