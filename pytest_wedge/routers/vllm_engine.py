@@ -6,6 +6,7 @@ each engine's command line and environment (measured facts: docs/testing-on-a-re
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -34,9 +35,12 @@ MAX_MODEL_LEN = 2048
 ENGINE_READY_S = 600.0  # the least ready timeout for vLLM engines (214 s seen at load 13-18)
 # A test's engine gives up on a hung model step after this long (vLLM's default is 300 s).
 EXECUTE_MODEL_TIMEOUT_S = 30
-# NIXL's progress thread waits this long for a UCX event instead of 0 (a busy poll that held a
-# core per engine at idle: 1.1 cores for 1P+1D, 0.05 with this wait; vllm_plugin.py).
-PROGRESS_DELAY_US = 10_000
+# NIXL's progress thread polls UCX without sleeping (its wait is 0): 1.1 cores for an idle 1P+1D.
+# A wait (vllm_plugin.py) cut that to 0.04, but transfers then stalled under concurrency (eight
+# concurrent PD requests hung a decode's worker until the 30 s model timeout), so it is off by
+# default; WEDGE_NIXL_PROGRESS_DELAY_US in pytest's environment sets one (microseconds).
+PROGRESS_DELAY_US = 0
+DELAY_VARIABLE = "WEDGE_NIXL_PROGRESS_DELAY_US"  # set in pytest's environment: another wait
 PLUGIN_MODULE = "wedge_vllm_plugin"
 _PLUGIN_SOURCE = Path(__file__).with_name("vllm_plugin.py")
 _MODEL_SCRIPT = Path(__file__).with_name("tiny_llama.py")
@@ -119,7 +123,7 @@ def engine_argv(install: EngineInstall, model_name: str, port: int, role: str) -
         *("--model", install.model, "--served-model-name", model_name),
         *("--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN)),
         *("--enforce-eager", "--dtype", "bfloat16"),
-        # The worker runs inside EngineCore: a process fewer, a faster start and more tokens/s.
+        # Measured faster to start and to run than the multiprocess executor (real-vllm.md).
         *("--distributed-executor-backend", "uni"),
         *("--kv-transfer-config", json.dumps(kv, separators=(",", ":"))),
     )
@@ -144,7 +148,7 @@ def engine_env(
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_MODEL_TIMEOUT_S),
         "PYTHONPATH": install.plugin_dir,
         "WEDGE_NIXL_ROUTE": ",".join(f"{a}={b}" for a, b in routes.items()),
-        "WEDGE_NIXL_PROGRESS_DELAY_US": str(PROGRESS_DELAY_US),
+        "WEDGE_NIXL_PROGRESS_DELAY_US": os.environ.get(DELAY_VARIABLE, str(PROGRESS_DELAY_US)),
     }
     return tuple(env.items())
 

@@ -7,8 +7,9 @@ imported. Two patches, each set by an environment variable:
   cannot advertise the proxy's: the route is taken on the decode's side, as the stubs'
   ``--bootstrap-route`` does.
 - ``WEDGE_NIXL_PROGRESS_DELAY_US``: NIXL's Python agent hard-codes its progress thread's wait
-  to 0, so the thread polls UCX without sleeping and holds a core at idle; a wait of a few
-  milliseconds lets it sleep until UCX has an event.
+  to 0, so the thread polls UCX without sleeping and holds a core at idle. A wait lets it sleep,
+  but transfers over UCX's TCP transport then stall (measured; docs/testing-on-a-real-engine.md),
+  so it is set only on request.
 """
 
 import os
