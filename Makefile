@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios matrix test unit lint docs bench soak stress docker-up docker-down clean
+.PHONY: install system-deps scenarios matrix test unit lint docs bench soak stress real-engine docker-up docker-down clean
 
 # Bytecode for the package too: an editable install leaves none, and where
 # PYTHONDONTWRITEBYTECODE is set each stub (and the stub fork server) would compile it again.
@@ -54,6 +54,13 @@ TEST_WORKERS ?= 2
 test: install system-deps lint
 	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; exit $$rc
+
+# Real vLLM on CPU (the vllm worker kind): the KV transfer behind vllm-router and smg, the seed
+# incident, and the leak check of a real-engine session; one 1P+1D at a time (about 7 GB of
+# RAM, minutes each). `make test` runs only the vllm-router ones (one bring-up).
+real-engine: install
+	WEDGE_REAL_VLLM=all $(BIN)/python -m pytest tests/integration/test_real_vllm.py \
+	  tests/hardening/test_real_vllm_leaks.py -q -n 0 $(PYTEST_ARGS)
 
 # The unit tests alone: no dockerd, no browser, no network service; about 25 s. One process:
 # xdist's start-up costs more than it saves here (35 s with -n 2 on a 2-core machine).

@@ -108,6 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the stubs' protocol: sglang (default) or vllm (for vllm-router)",
     )
     up.add_argument(
+        "--worker",
+        choices=("stub", "vllm"),
+        default="stub",
+        help="the workers: our stubs (default) or real vLLM on CPU (its environment and a tiny "
+        "model are made on first use: minutes; about 7 GB of RAM for 1P+1D)",
+    )
+    up.add_argument(
+        "--model",
+        default="",
+        metavar="DIR",
+        help="with --worker vllm: a model folder of your own (default: the tiny random Llama)",
+    )
+    up.add_argument(
         "--toxiproxy",
         default=None,
         metavar="PATH",
@@ -121,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--ready-timeout",
         type=float,
-        default=30.0,
-        help="seconds the topology may take to come up (default 30)",
+        default=None,
+        help="seconds the topology may take to come up (default 30; 600 with --worker vllm)",
     )
     up.add_argument(
         "--json", action="store_true", help="print the URLs and links as one JSON object"

@@ -17,6 +17,7 @@ from pytest_wedge.errors import WedgeError
 from pytest_wedge.routers.adapters import adapter
 from pytest_wedge.routers.envs import env_path, ready_env
 from pytest_wedge.routers.router_spec import BUILT_IN
+from pytest_wedge.routers.vllm_engine import engine_cost
 from pytest_wedge.runtime.binaries import (
     TOXIPROXY_VERSION,
     binary_version,
@@ -117,6 +118,15 @@ def check_routers(chosen: str) -> list[Check]:
     ]
 
 
+def check_engine() -> Check:
+    """The vllm worker kind: its cached environment and tiny model, made or not, and what a
+    1P+1D costs. Only reads files."""
+    cost = engine_cost()
+    status = "ok" if cost["made"] else "--"
+    text = "; ".join(f"{k}: {v}" for k, v in cost.items() if k != "made")
+    return Check("vllm", status, f"worker kind vllm (optional): {text}")
+
+
 def check_go() -> Check:
     go = shutil.which("go")
     if go is None:
@@ -176,6 +186,7 @@ def run_doctor(toxiproxy: str | None, out: TextIO = sys.stdout, router: str = "s
         check_xdist(),
         check_toxiproxy(toxiproxy, Path.cwd()),
         *check_routers(router),
+        check_engine(),
         check_go(),
         check_docker(),
     ]

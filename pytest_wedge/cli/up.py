@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.plugin.run_folders import make_run_dir, release_run_dir
+from pytest_wedge.routers.vllm_engine import ENGINE_READY_S
 from pytest_wedge.runtime.binaries import locate_toxiproxy
 from pytest_wedge.spec.marker_args import wedge
 from pytest_wedge.topology.what_ran import ComponentDescription, describe_components, not_proxied
@@ -103,6 +104,16 @@ def render(info: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _workers(args: Any) -> dict[str, Any]:
+    """``--worker vllm``: both roles real vLLM engines (``--model``: the user's folder)."""
+    if getattr(args, "worker", "stub") != "vllm":
+        if getattr(args, "model", ""):
+            raise ConfigError("--model is only for --worker vllm", fix="add --worker vllm")
+        return {}
+    worker = {"kind": "vllm", "model": args.model}
+    return {"prefill_worker": worker, "decode_worker": worker}
+
+
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
     raise Stop(signum)
 
@@ -119,8 +130,9 @@ def run_up(args: Any, out: TextIO = sys.stdout, wait: Callable[[], None] = signa
         runtime=args.runtime,
         router=args.router,
         worker_protocol=args.worker_protocol,
+        **_workers(args),
     )
-    runtime = parsed.runtime or "process"
+    runtime, real = parsed.runtime or "process", getattr(args, "worker", "stub") == "vllm"
     if runtime not in ("process", "docker"):
         raise ConfigError(f"Unknown runtime {runtime!r}", fix="use --runtime process or docker")
     found = locate_toxiproxy(args.toxiproxy, source="--toxiproxy", rootdir=Path.cwd())
@@ -131,7 +143,7 @@ def run_up(args: Any, out: TextIO = sys.stdout, wait: Callable[[], None] = signa
             runtime=runtime,
             artifacts_dir=run_dir,
             toxiproxy_binary=found.path,
-            ready_timeout_s=args.ready_timeout,
+            ready_timeout_s=args.ready_timeout or (ENGINE_READY_S if real else 30.0),
         )
         return _serve(session, parsed.spec, runtime, args, out, wait)
     finally:

@@ -66,8 +66,15 @@ def ready_env(package: str, version: str, root: Path | None = None) -> IsolatedE
     return IsolatedEnv(package, version, path)
 
 
-def ensure_env(package: str, version: str, root: Path | None = None) -> IsolatedEnv:
-    """The cached environment for ``package==version``, created on first use."""
+def ensure_env(
+    package: str,
+    version: str,
+    root: Path | None = None,
+    requirements: Path | None = None,
+    install_s: float = INSTALL_S,
+) -> IsolatedEnv:
+    """The cached environment for ``package==version``, created on first use; with
+    ``requirements`` (a pinned list holding the package), exactly that list, ``--no-deps``."""
     found = ready_env(package, version, root)
     if found is not None:
         return found
@@ -77,7 +84,7 @@ def ensure_env(package: str, version: str, root: Path | None = None) -> Isolated
         found = ready_env(package, version, root)  # another worker made it while we waited
         if found is not None:
             return found
-        _create(package, version, path)
+        _create(package, version, path, requirements, install_s)
     made = ready_env(package, version, root)
     assert made is not None, f"{path} was created without its marker"
     return made
@@ -94,36 +101,40 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _create(package: str, version: str, path: Path) -> None:
+def run_logged(argv: list[str], log: Path, timeout_s: float = INSTALL_S) -> bool:
+    """Run one step with its output appended to ``log`` (a second run shows in it too)."""
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(argv) + "\n")
+        out.flush()
+        try:
+            null = subprocess.DEVNULL
+            return subprocess.call(argv, stdin=null, stdout=out, stderr=out, timeout=timeout_s) == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+
+def _create(
+    package: str, version: str, path: Path, requirements: Path | None, install_s: float
+) -> None:
     """A fresh venv (no pip of its own: the running pip installs into it with ``--python``)."""
     shutil.rmtree(path, ignore_errors=True)  # a half-made leftover of an interrupted creation
     started = time.monotonic()
     log = path.with_name(path.name + ".install.log")
     pip = [sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install"]
-    steps = [
-        [sys.executable, "-m", "venv", "--without-pip", str(path)],
-        [*pip, "--quiet", f"{package}=={version}"],
-    ]
-    with open(log, "a") as out:  # appended: a second creation would show in it
-        for argv in steps:
-            out.write("$ " + " ".join(argv) + "\n")
-            out.flush()
-            try:
-                null = subprocess.DEVNULL
-                code = subprocess.call(argv, stdin=null, stdout=out, stderr=out, timeout=INSTALL_S)
-            except subprocess.TimeoutExpired:
-                code = -1
-            if code != 0:
-                shutil.rmtree(path, ignore_errors=True)
-                raise MissingBinaryError(
-                    f"Could not create the isolated environment for {package}=={version}",
-                    facts={"step": " ".join(argv), "environment": path, "install log": log},
-                    log_tail=file_tail(log, 20),
-                    fix=f"check that pip can reach the package index, or create it by hand: "
-                    f"python -m venv {path} && {path}/bin/pip install {package}=={version}, "
-                    f'then write {{"package": "{package}", "version": "{version}"}} to '
-                    f"{path / MARKER}",
-                )
+    what = ["--no-deps", "-r", str(requirements)] if requirements else [f"{package}=={version}"]
+    steps = [[sys.executable, "-m", "venv", "--without-pip", str(path)], [*pip, "--quiet", *what]]
+    for argv in steps:
+        if not run_logged(argv, log, install_s):
+            shutil.rmtree(path, ignore_errors=True)
+            raise MissingBinaryError(
+                f"Could not create the isolated environment for {package}=={version}",
+                facts={"step": " ".join(argv), "environment": path, "install log": log},
+                log_tail=file_tail(log, 20),
+                fix=f"check that pip can reach the package index, or create it by hand: "
+                f"python -m venv {path} && {path}/bin/pip install {' '.join(what)}, "
+                f'then write {{"package": "{package}", "version": "{version}"}} to '
+                f"{path / MARKER}",
+            )
     seconds = round(time.monotonic() - started, 1)
     marker = {"package": package, "version": version, "created_s": seconds}
     (path / MARKER).write_text(json.dumps(marker))

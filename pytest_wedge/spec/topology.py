@@ -12,6 +12,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.routers.adapters import adapter
 from pytest_wedge.routers.router_spec import AUTO_PROTOCOL, RouterSpec, resolve_worker_protocol
 from pytest_wedge.routers.template import TemplateValues, WorkerValues, render_template
+from pytest_wedge.routers.vllm_engine import EngineInstall, engine_argv, engine_env
 
 # Re-exported: ComponentSpec and the flag lived here, and callers import them from here.
 from pytest_wedge.spec.component import LEDGERLESS_FLAG as LEDGERLESS_FLAG
@@ -124,6 +125,13 @@ class TopologySpec:
         self._resolve_protocol()
         self.router.check_counts(self.prefill, self.decode)
         check_counts(self.prefill_worker, self.decode_worker, self.prefill, self.decode)
+        real = {self.prefill_worker.kind, self.decode_worker.kind} & {"vllm"}
+        if real and self.router.kind not in ("smg", "vllm-router"):
+            raise ConfigError(
+                f"vllm workers run behind smg or vllm-router, not {self.router.kind}",
+                facts={"router": self.router.describe()},
+                fix="pass router='vllm-router' or router='smg'",
+            )
         if self.prefill < 1 or self.decode < 1:
             raise ConfigError(
                 "A PD topology needs at least one prefill and one decode worker",
@@ -147,6 +155,23 @@ class TopologySpec:
     def foreign_workers(self) -> list[str]:
         """Workers the plugin knows only by their public endpoints (command and url)."""
         return [n for n in [*self.prefill_names, *self.decode_names] if self.worker(n).foreign]
+
+    @property
+    def real_engines(self) -> bool:
+        """True when a role runs real vLLM engines (the ``vllm`` worker kind)."""
+        return "vllm" in (self.prefill_worker.kind, self.decode_worker.kind)
+
+    @property
+    def real_engine_decodes(self) -> bool:
+        """True when the decodes are real vLLM engines (each needs a side channel port)."""
+        return self.decode_worker.kind == "vllm"
+
+    @property
+    def registers_workers(self) -> bool:
+        """True when the router learns its workers by ``POST /workers`` after it starts: smg
+        in front of vLLM engines (with ``kv_connector``, so that decode pulls the KV; workers
+        given with ``--prefill``/``--decode`` run in passthrough and recompute the prompt)."""
+        return self.real_engine_decodes and self.router.kind == "smg"
 
     @property
     def url_workers(self) -> list[str]:
@@ -229,6 +254,7 @@ class Executables:
     smg: str
     toxiproxy: str
     router: str | None = None  # the router kind's own binary (an isolated venv's), else smg
+    engine: EngineInstall | None = None  # the vllm worker kind's, when a role runs it
 
 
 def render_components(
@@ -250,7 +276,7 @@ def _worker_component(
 ) -> ComponentSpec:
     worker, port = spec.worker(name), ports.http[name]
     role: Role = "prefill" if name.startswith("prefill-") else "decode"
-    bootstrap = ports.bootstrap.get(name)
+    bootstrap = ports.bootstrap.get(name) if role == "prefill" else None
     kv_listen: tuple[str, ...] = ()
     extra: tuple[str, ...] = ("--bootstrap-port", str(bootstrap)) if bootstrap else ()
     if role == "decode":
@@ -266,12 +292,22 @@ def _worker_component(
     values = WorkerValues(
         LOOPBACK, port, name, role, bootstrap, prefill_bootstraps, kv_listen, exe.python, stub_args
     )
+    argv = worker_argv(worker, stub, values)
+    env: tuple[tuple[str, str], ...] = ()
+    if worker.kind == "vllm":
+        assert exe.engine is not None, "the engine is installed before its command line"
+        argv = engine_argv(exe.engine, spec.stub.model, port, role)
+        # A prefill's bootstrap port is its NIXL side channel; a decode has one of its own.
+        ours = (f"{LOOPBACK}:{b}" for b in prefill_bootstraps)
+        routes = dict(zip(ours, kv_listen, strict=True)) if role == "decode" else {}
+        env = engine_env(exe.engine, ports.bootstrap[name], routes)
     return ComponentSpec(
         name=name,
         role=role,
-        argv=worker_argv(worker, stub, values),
+        argv=argv,
         ready_url=f"http://{LOOPBACK}:{port}{worker.ready_path}",
         ports=worker_ports(name, ports),
+        env=env,
         foreign=worker.foreign,
     )
 
@@ -304,6 +340,8 @@ def _router_component(
         argv = [*render_template(kind.command, values), *spec.router_args]
     else:
         pairs = list(zip(prefills, bootstraps, strict=True))
+        if spec.registers_workers:  # given on the command line, smg would not pull the KV
+            pairs, decodes = [], ()
         executable = exe.router or exe.smg
         argv = adapter(kind.kind).argv(
             executable, LOOPBACK, port, metrics, pairs, decodes, spec.router_args

@@ -1,6 +1,7 @@
-"""How a role's workers start (``WorkerSpec``): our ``stub`` (default); a user's ``command``
-template, run by PID but known only by its public endpoints (no engine faults); or ``url``
-workers already running (no component faults either).
+"""How a role's workers start (``WorkerSpec``): our ``stub`` (default); a real ``vllm`` engine
+on CPU (routers/vllm_engine.py); a user's ``command`` template, run by PID but known only by its
+public endpoints (no engine faults); or ``url`` workers already running (no component faults
+either).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from pytest_wedge.routers.template import (
 )
 from pytest_wedge.spec.component import spec_from
 
-WORKER_KINDS = ("stub", "command", "url")
+WORKER_KINDS = ("stub", "vllm", "command", "url")
 URL_PREFIX = "http://127.0.0.1:"
 # The docker runtime's offline image holds no user's programs.
-COMMAND_RUNTIMES = ("process",)
+COMMAND_RUNTIMES = ("process",)  # ... nor vLLM
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class WorkerSpec:
     """How one role's workers start. ``WorkerSpec()`` is our stub."""
 
     kind: str = "stub"
-    """``stub`` (ours), ``command`` (a template) or ``url`` (already running)."""
+    """``stub`` (ours), ``vllm`` (real vLLM on CPU), ``command`` (a template) or ``url``
+    (already running)."""
     command: tuple[str, ...] = ()
     """``command``: the argv template, a list or one string (placeholders below)."""
     ready_path: str = "/health"
@@ -42,6 +44,8 @@ class WorkerSpec:
     kv_listen: tuple[tuple[int, ...], ...] = ()
     """``url`` decodes: per decode, the port it sends each prefill's KV to (where the
     ``decode-j->prefill-i`` proxies listen); empty: their KV path is not proxied."""
+    model: str = ""
+    """``vllm``: a model folder of your own; empty: a tiny random Llama, made at first use."""
 
     def __post_init__(self) -> None:
         fix = "use {'kind': 'stub'} (default) or {'kind': 'command', 'command': [...]}"
@@ -67,6 +71,11 @@ class WorkerSpec:
                 f"ready_path must be a path, got {self.ready_path!r}",
                 fix="write ready_path='/health'",
             )
+        if self.model and self.kind != "vllm":
+            raise ConfigError(
+                f"model= is only for kind='vllm' (got kind={self.kind!r})",
+                fix="drop model=, or set kind='vllm'",
+            )
         check_template(self.command, WORKER_PLACEHOLDERS, "worker")
 
     @property
@@ -86,6 +95,8 @@ class WorkerSpec:
     def describe(self) -> str:
         if self.kind == "url":
             return f"url (already running): {', '.join(self.urls)}"
+        if self.kind == "vllm":
+            return f"vllm on CPU ({self.model or 'the tiny random Llama'})"
         return f"command: {' '.join(self.command)}" if self.foreign else "stub"
 
 
@@ -132,14 +143,15 @@ def worker_spec(value: WorkerSpec | Mapping[str, Any] | None, role: str) -> Work
 
 
 def check_runtime(workers: Sequence[WorkerSpec], runtime: str) -> None:
-    """Refuse a command worker on a runtime that cannot start one, before anything starts."""
-    foreign = [w for w in workers if w.kind == "command"]  # a url worker is not started
+    """Refuse a command or vllm worker on a runtime that cannot start one, before anything
+    starts."""
+    foreign = [w for w in workers if w.kind in ("command", "vllm")]  # a url one is not started
     if foreign and runtime not in COMMAND_RUNTIMES:
         raise ConfigError(
-            f"A command worker cannot run on the {runtime} runtime",
+            f"A {foreign[0].kind} worker cannot run on the {runtime} runtime",
             facts={
                 "runtime": runtime,
-                "command": " ".join(foreign[0].command),
+                "command": " ".join(foreign[0].command) or foreign[0].describe(),
                 "runtimes that can": ", ".join(COMMAND_RUNTIMES),
             },
             fix="run this topology with runtime='process', or use the built-in stub workers "

@@ -102,3 +102,29 @@ def wait_url_router(http: httpx.Client, router: RouterSpec, url: str, timeout_s:
             fix="check that the router was started with --prefill/--decode at those ports "
             "(the proxies listen there and forward to the workers) and that it is running",
         )
+
+
+def register_workers(
+    http: httpx.Client, router_url: str, workers: dict[str, str], timeout_s: float
+) -> None:
+    """Register each worker (name -> the URL the router reaches it at) with smg's
+    ``POST /workers``, as a NIXL PD worker, once smg answers at all."""
+    unready = wait_answering(http, {"router": router_url + "/health"}, timeout_s)
+    answers: dict[str, str] = {}
+    for name, url in workers.items():
+        role = "prefill" if name.startswith("prefill-") else "decode"
+        body = {"url": url, "worker_type": role, "kv_connector": "NixlConnector"}
+        try:
+            answer = http.post(router_url + "/workers", json=body, timeout=5.0)
+        except httpx.HTTPError as exc:
+            answers[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if answer.status_code >= 300:
+            answers[name] = f"{answer.status_code} {answer.text[:200]}"
+    if unready or answers:
+        raise ComponentStartError(
+            "smg did not take the vLLM workers' registration",
+            facts={**unready, **answers},
+            fix="check the router's log: smg must answer POST /workers "
+            '{"url", "worker_type", "kv_connector": "NixlConnector"}',
+        )

@@ -4,8 +4,12 @@ without pytest, through ``WedgeSession().topology(spec)``)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import os
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from pytest_wedge.errors import ComponentStartError, ConfigError, MissingBinaryE
 from pytest_wedge.loopback import loopback_client
 from pytest_wedge.metrics_text import samples
 from pytest_wedge.routers.adapters import starts_with_workers
+from pytest_wedge.routers.vllm_engine import ENGINE_READY_S
 from pytest_wedge.runtime.binaries import smg_path
 from pytest_wedge.runtime.interface import Runtime, wait_ready
 from pytest_wedge.spec.topology import (
@@ -32,6 +37,7 @@ from pytest_wedge.spec.workers import check_runtime
 from pytest_wedge.stubs.control_client import StubClient, StubUnavailable
 from pytest_wedge.topology.ports import PortAllocator, check_free
 from pytest_wedge.topology.router_start import (
+    register_workers,
     url_router_listen,
     url_router_plan,
     wait_url_router,
@@ -39,7 +45,17 @@ from pytest_wedge.topology.router_start import (
 )
 from pytest_wedge.topology.toxiproxy import ToxiproxyClient
 from pytest_wedge.topology.what_ran import describe_lines, router_metric_names
-from pytest_wedge.topology.worker_start import url_worker_listen, url_worker_plan, wait_url_workers
+from pytest_wedge.topology.worker_start import (
+    engines_idle,
+    url_worker_listen,
+    url_worker_plan,
+    wait_url_workers,
+    warm_up_engines,
+    with_engine,
+)
+from pytest_wedge.waiting import poll
+
+ENGINE_IDLE_S = 30.0  # how long a reset waits for vLLM engines to finish a test's requests
 
 
 def find_executables(toxiproxy_binary: str) -> Executables:
@@ -84,12 +100,15 @@ class Topology:
     ) -> None:
         self.spec, self.runtime, self.toxiproxy, self.exe = spec, runtime, toxiproxy, exe
         self._allocator = ports
-        self.ready_timeout_s = ready_timeout_s
+        # Two vLLM engines on two loaded cores took up to 214 s to answer /health.
+        real = spec.real_engines
+        self.ready_timeout_s = max(ready_timeout_s, ENGINE_READY_S) if real else ready_timeout_s
         self.proxy_prefix = proxy_prefix
         self.plan: PortPlan | None = None
         self.links: dict[str, RunningLink] = {}
         self.components: dict[str, ComponentSpec] = {}
         self.stubs: dict[str, StubClient] = {}
+        self._engine_tmp: str | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wedge-topo")
         # One pooled client for admin calls (no proxy variables, the shared SSL context).
         self.http = loopback_client(timeout=2.0)
@@ -99,9 +118,11 @@ class Topology:
         """From nothing to ready. A failed start rolls back whatever did start."""
         spec = self.spec
         check_runtime([spec.prefill_worker, spec.decode_worker], self.runtime.name)
-        it = iter(self._allocator.take(len(spec.component_names) + spec.prefill + 1))
+        # A prefill's bootstrap port; a vLLM decode's NIXL side channel too.
+        side = [*spec.prefill_names, *(spec.decode_names if spec.real_engine_decodes else [])]
+        it = iter(self._allocator.take(len(spec.component_names) + len(side) + 1))
         http = {n: next(it) for n in spec.component_names}
-        bootstrap = {p: next(it) for p in spec.prefill_names}
+        bootstrap = {name: next(it) for name in side}
         allocated = PortPlan(http=http, bootstrap=bootstrap, router_metrics=next(it))
         self.plan = url_worker_plan(spec, url_router_plan(spec, allocated))
         # Ports of what runs already (url router, url workers) are taken, by design.
@@ -118,7 +139,7 @@ class Topology:
             # and the stubs' ports listen from now on (see the router's start below).
             if callable(warm_up):
                 warming = self._pool.submit(warm_up, self.exe.python, stub_ports(spec, self.plan))
-            self.exe = with_router_executable(spec.router, self.exe)
+            self.exe = with_engine(spec, with_router_executable(spec.router, self.exe))
             # One POST /populate for every link: 81 proxies of 8P+8D one by one took 3.4x as long.
             links = {self.proxy_prefix + link.proxy_name: link for link in spec.links(self.plan)}
             fixed = url_router_listen(spec) | url_worker_listen(spec)
@@ -131,6 +152,8 @@ class Topology:
                 self.links[link.name] = RunningLink(link, ports[proxy], proxy)
             listen = {name: link.listen_port for name, link in self.links.items()}
             for component in render_components(spec, self.plan, listen, self.exe):
+                if spec.worker(component.name).kind == "vllm" and component.role != "router":
+                    component = self._with_private_tmp(component)
                 self.components[component.name] = component
                 if component.is_stub:
                     url = f"http://{LOOPBACK}:{self.plan.http[component.name]}"
@@ -169,15 +192,35 @@ class Topology:
             if router is not None:
                 if not early:
                     self.runtime.start(router)
+                self._register_workers(remaining)
                 wait_ready(self.runtime, [router], timeout_s=remaining)
             else:
                 wait_url_router(self.http, spec.router, self.router_url, remaining)
+            if spec.real_engines:
+                warm_up_engines(self.http, self.router_url, spec, remaining)
         except BaseException:
             if warming is not None:  # a fork server still starting would keep the stubs' ports
                 wait([warming])
             self.close()
             raise
         return self
+
+    def _with_private_tmp(self, component: ComponentSpec) -> ComponentSpec:
+        """A vLLM engine's temp folder of its own, removed at close: the engine leaves its
+        IPC sockets there when it is killed."""
+        if self._engine_tmp is None:
+            self._engine_tmp = tempfile.mkdtemp(prefix="wedge-vllm-")
+        folder = os.path.join(self._engine_tmp, component.name)
+        os.makedirs(folder, exist_ok=True)
+        env = (("TMPDIR", folder), ("VLLM_RPC_BASE_PATH", folder))
+        return dataclasses.replace(component, env=(*component.env, *env))
+
+    def _register_workers(self, timeout_s: float) -> None:
+        """smg in front of vLLM engines learns them from POST /workers, through their links."""
+        if self.spec.registers_workers:
+            names = [*self.spec.prefill_names, *self.spec.decode_names]
+            urls = {n: f"http://{self.links[f'router->{n}'].listen}" for n in names}
+            register_workers(self.http, self.router_url, urls, timeout_s)
 
     def __enter__(self) -> Topology:
         return self.start() if self.plan is None else self
@@ -231,6 +274,14 @@ class Topology:
         self.toxiproxy.reset()
         if "router" not in broken and self.spec.router.managed and not self._router_is_clean():
             broken.append("router")
+        if self.spec.real_engines and not broken:
+            engines = [self.worker_url(n) for n in self.components if n != "router"]
+            # A request of the previous test still in an engine would count in this one.
+            idle = poll(
+                lambda: engines_idle(self.http, engines), timeout_s=ENGINE_IDLE_S, interval_s=0.2
+            )
+            if not idle.met:
+                broken = [n for n in self.components if n != "router"]
         if broken:
             self.restart(*broken)
         list(self._pool.map(lambda stub: stub.reset(), self.stubs.values()))
@@ -264,6 +315,12 @@ class Topology:
             batch = list(group)
             for name in batch:
                 self.runtime.restart(name)  # the kill in it finds nothing left to kill
+            if "router" in batch:
+                self._register_workers(max(1.0, deadline - time.monotonic()))
+        if self.spec.real_engines:
+            warm_up_engines(
+                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
+            )
             wait_ready(
                 self.runtime,
                 [self.components[n] for n in batch],
@@ -307,6 +364,8 @@ class Topology:
                 self.toxiproxy.delete_proxy(link.proxy)
         for stub in self.stubs.values():
             stub.close()
+        if self._engine_tmp is not None:
+            shutil.rmtree(self._engine_tmp, ignore_errors=True)
         if self.plan is not None:
             self._allocator.release(self.plan.all_ports())
         self.links.clear()

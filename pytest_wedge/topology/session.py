@@ -112,6 +112,9 @@ class WedgeSession:
         for other in [cached for cached in self.topologies if fixed_listen(cached) & wanted]:
             # Its proxies listen where this one's must (a running router or worker sends there).
             self.topologies.pop(other).close()
+        if spec.real_engines:  # about 7 GB of RAM per 1P+1D of vLLM: one at a time
+            for other in [cached for cached in self.topologies if cached.real_engines]:
+                self.topologies.pop(other).close()
         while len(self.topologies) >= MAX_TOPOLOGIES:
             oldest = next(iter(self.topologies))
             self.topologies.pop(oldest).close()

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from pytest_wedge.routers.adapters import RouterMetrics, adapter
 from pytest_wedge.routers.envs import IsolatedEnv, env_path, ready_env
 from pytest_wedge.routers.router_spec import BUILT_IN, RouterSpec
+from pytest_wedge.routers.vllm_engine import PACKAGE as ENGINE
+from pytest_wedge.routers.vllm_engine import VERSION as ENGINE_VERSION
 from pytest_wedge.runtime.binaries import package_version
 from pytest_wedge.spec.component import STUB_MODULE
 
@@ -117,6 +119,10 @@ def describe_worker(
             return ComponentDescription(name, "url", "(already running)", UNKNOWN_VERSION, started)
         started = "not started by pytest-wedge"
         return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION, started)
+    if spec.worker(name).kind == "vllm":
+        started = f"the vllm worker kind, started by pytest-wedge on the {runtime} runtime in "
+        started += f"its own process group (API server, EngineCore, Worker); {PUBLIC_ONLY}"
+        return ComponentDescription(name, "vllm", argv[0], f"{ENGINE} {ENGINE_VERSION}", started)
     if foreign or STUB_MODULE not in argv:
         started = f"started by pytest-wedge from the user's command {shlex.join(argv)!r}"
         started += f", on the {runtime} runtime; {PUBLIC_ONLY}"
@@ -189,6 +195,14 @@ def unproxied_workers(spec: TopologySpec) -> list[str]:
     """Traffic of command and url workers that a link carries only if they are told so."""
     lines = []
     decodes = [name for name in spec.foreign_workers if name.startswith("decode-")]
+    if spec.real_engine_decodes:
+        lines.append(
+            "the KV itself: UCX's own TCP connections between the vLLM engines (NIXL reads "
+            "the prefill's memory); only each decode's NIXL handshake (the side channel) "
+            "crosses decode-j->prefill-i, so a fault there stops new pairings, not a "
+            "transfer between engines that already shook hands"
+        )
+        decodes = []
     if decodes:
         kind = "url" if set(decodes) <= set(spec.url_workers) else "command"  # one kind a role
         lines.append(
@@ -209,7 +223,9 @@ def unproxied_workers(spec: TopologySpec) -> list[str]:
 
 def not_proxied(spec: TopologySpec) -> list[str]:
     """Everything of this topology that no link carries: the router's, then the workers'."""
-    return [*unproxied(spec.router, spec.stub.protocol), *unproxied_workers(spec)]
+    # Real engines speak the router's own protocol, whatever the stubs' would be.
+    protocol = spec.router.worker_protocol if spec.real_engines else spec.stub.protocol
+    return [*unproxied(spec.router, protocol), *unproxied_workers(spec)]
 
 
 def describe_lines(topology: DescribedTopology) -> list[str]:

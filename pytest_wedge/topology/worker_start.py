@@ -1,14 +1,80 @@
-"""The bring-up of ``url`` workers, already running: ports from their URLs, KV proxies where
-each decode sends KV (``kv_listen``), readiness polled on their URLs; nothing started or stopped.
+"""The workers' bring-up by kind: a ``vllm`` worker's engine and model are made on first use;
+``url`` workers already run: ports from their URLs, KV proxies where each decode sends KV
+(``kv_listen``), readiness polled on their URLs; nothing started or stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 
-from pytest_wedge.errors import ComponentStartError
-from pytest_wedge.spec.topology import LOOPBACK, PortPlan, TopologySpec
+from pytest_wedge.errors import ComponentStartError, ConfigError
+from pytest_wedge.metrics_text import samples
+from pytest_wedge.routers.vllm_engine import ensure_engine
+from pytest_wedge.spec.topology import LOOPBACK, Executables, PortPlan, TopologySpec
 from pytest_wedge.topology.router_start import url_router_listen, wait_answering
+from pytest_wedge.waiting import poll
+
+
+def with_engine(spec: TopologySpec, exe: Executables) -> Executables:
+    """``exe`` with the vllm kind's engine, made on first use (minutes the first time, outside
+    the readiness deadline)."""
+    kinds = {spec.prefill_worker.kind, spec.decode_worker.kind}
+    if "vllm" not in kinds:
+        return exe
+    if kinds != {"vllm"} or spec.prefill_worker.model != spec.decode_worker.model:
+        raise ConfigError(
+            "A vllm worker needs a vllm peer serving the same model",
+            facts={
+                "prefill": spec.prefill_worker.describe(),
+                "decode": spec.decode_worker.describe(),
+            },
+            fix="give both roles {'kind': 'vllm'} (and the same model=, if any): the KV moves "
+            "between two vLLM engines over NIXL",
+        )
+    return dataclasses.replace(exe, engine=ensure_engine(spec.prefill_worker.model))
+
+
+def warm_up_engines(
+    http: httpx.Client, router_url: str, spec: TopologySpec, timeout_s: float
+) -> None:
+    """PD requests through the router until each decode has done its NIXL handshake with each
+    prefill: the first one, on a cold prefill, may miss vLLM's fixed 5 s handshake timeout (a
+    500), so a started topology has it behind it. Nothing of this is in the client ledger."""
+    wanted = spec.prefill * spec.decode
+    body = {"model": spec.stub.model, "prompt": "warm up the kv transfer", "max_tokens": 1}
+    answers: list[str] = []
+
+    def answered() -> bool:
+        try:
+            got = http.post(router_url + "/v1/completions", json=body, timeout=60.0)
+            answers.append(f"{got.status_code} {got.text[:200]}")
+        except httpx.HTTPError as exc:
+            answers.append(f"{type(exc).__name__}: {exc}")
+        return sum(a.startswith("200 ") for a in answers) >= wanted
+
+    if not poll(answered, timeout_s=timeout_s, interval_s=0.5).met:
+        raise ComponentStartError(
+            "The vLLM engines did not answer a PD request through the router",
+            facts={"router": router_url, "answers": "; ".join(answers[-3:])},
+            fix="read the decode's and the prefill's logs (NIXL handshake or transfer errors)",
+        )
+
+
+IDLE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def engines_idle(http: httpx.Client, urls: list[str]) -> bool:
+    """True when no engine runs or queues a request (what a test left must be gone)."""
+    for url in urls:
+        try:
+            text = http.get(url + "/metrics", timeout=2.0).text
+        except httpx.HTTPError:
+            return False
+        if any(v for name in IDLE_GAUGES for _, v in samples(text, name)):
+            return False
+    return True
 
 
 def url_worker_plan(spec: TopologySpec, plan: PortPlan) -> PortPlan:

@@ -1,0 +1,105 @@
+"""Real vLLM on CPU as prefill and decode (the ``vllm`` worker kind): the decode pulls the
+prompt's KV from the prefill over NIXL behind both real routers, and the seed incident is
+located at the router on the real engine. The engine's environment and tiny model are made on
+first use (minutes on a fresh machine), and a 1P+1D takes about 7 GB of RAM, so these tests
+share one group: one xdist worker, one 1P+1D at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from pytest_wedge.handle import Wedge
+from pytest_wedge.metrics_text import metric_value
+from pytest_wedge.scenarios.catalog import Scenario, catalog
+from pytest_wedge.scenarios.runner import run_scenario
+from pytest_wedge.spec.workers import WorkerSpec
+
+# First use makes a 5.7 GB environment (3-6 min) before two engines start (1-3 min).
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("real-vllm")]
+ENGINE = WorkerSpec(kind="vllm")
+SEED = {s.name: s for s in catalog()}["stray-requester-masks-router-wedge"]
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+
+
+def on_vllm(scenario: Scenario, router: str) -> Scenario:
+    """``scenario`` on real engines, its load scaled to what a CPU decode sustains: on two
+    loaded cores the tiny model's decode made 10-50 tokens/s in all (about one step a second
+    with 30-70 requests running). The stub's stray of 10 requests/s of 64 tokens (640
+    tokens/s) and 30 agents would keep requests queued long after the fault ends; 4 agents of
+    2 tokens and a stray of one request every 2 s keep the decode visibly busy, which is all
+    the red herring needs."""
+    strays = tuple({**stray, "rate_per_s": 0.5, "max_tokens": 4} for stray in scenario.strays)
+    harness = {**scenario.harness, "agents": 4, "max_tokens": 2}
+    spec = dataclasses.replace(
+        scenario.spec,
+        router=dataclasses.replace(scenario.spec.router, kind=router),
+        prefill_worker=ENGINE,
+        decode_worker=ENGINE,
+    )
+    return dataclasses.replace(scenario, spec=spec, strays=strays, harness=harness)
+
+
+def open_on(wedge_factory: Any, router: str) -> Wedge:
+    """The seed scenario's topology (so its test reuses this bring-up) on real engines."""
+    spec = on_vllm(SEED, router).spec
+    wedge: Wedge = wedge_factory(
+        router=router, stub=spec.stub, prefill_worker=ENGINE, decode_worker=ENGINE
+    )
+    assert wedge.topology.spec == spec
+    return wedge
+
+
+def pulled_tokens(wedge: Wedge) -> float:
+    text = httpx.get(wedge.topology.worker_url("decode-0") + "/metrics").text
+    return metric_value(text, BY_SOURCE, source="external_kv_transfer")
+
+
+def engine_group(wedge: Wedge, name: str) -> list[psutil.Process]:
+    """Every process of one engine: its API server's process group (the engine forks)."""
+    pgid = wedge.topology.pids()[name]
+    assert pgid is not None
+    return [p for p in psutil.process_iter() if _pgid(p.pid) == pgid]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+# `make test` keeps one real bring-up (vllm-router); `make real-engine` adds smg's.
+ALL = os.environ.get("WEDGE_REAL_VLLM") == "all"
+ONLY_IN_MAKE_REAL = pytest.mark.skipif(not ALL, reason="a second bring-up: make real-engine")
+
+
+@pytest.mark.parametrize("router", ["vllm-router", pytest.param("smg", marks=ONLY_IN_MAKE_REAL)])
+def test_the_decode_pulls_the_prompts_kv_from_the_prefill(wedge_factory: Any, router: str) -> None:
+    wedge = open_on(wedge_factory, router)
+    # API server, EngineCore, Worker and helpers, all in the API server's process group.
+    assert len(engine_group(wedge, "decode-0")) >= 3
+    before = pulled_tokens(wedge)
+    prompt = "the router sends the prefill a request and the decode waits for its kv " * 4
+    body = {"model": wedge.topology.spec.stub.model, "prompt": prompt, "max_tokens": 8}
+    answer = httpx.post(wedge.topology.url + "/v1/completions", json=body, timeout=120.0)
+    assert answer.status_code == 200, answer.text
+    prompt_tokens = answer.json()["usage"]["prompt_tokens"]
+    assert prompt_tokens > 50
+    # Every prompt token reached the decode by NIXL transfer, none recomputed there.
+    assert pulled_tokens(wedge) - before == prompt_tokens
+
+
+def test_the_seed_incident_is_located_at_the_router_on_real_vllm(wedge_factory: Any) -> None:
+    scenario = on_vllm(SEED, "vllm-router")
+    wedge = open_on(wedge_factory, "vllm-router")
+    result = run_scenario(wedge, scenario)  # asserts located_at = router, stray-1 named
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.location == "router", diagnosis
+    assert diagnosis.locator == "blind"

@@ -1,0 +1,85 @@
+"""The ``vllm`` worker kind as data: which specs it takes, and each engine's command line and
+environment, rendered without an engine (tests/integration/test_real_vllm.py runs real ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_wedge.errors import ConfigError
+from pytest_wedge.routers.router_spec import RouterSpec
+from pytest_wedge.routers.vllm_engine import EngineInstall
+from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
+from pytest_wedge.spec.workers import WorkerSpec
+from pytest_wedge.topology.what_ran import not_proxied
+from pytest_wedge.topology.worker_start import with_engine
+
+ENGINE = WorkerSpec(kind="vllm")
+INSTALL = EngineInstall(python="/env/bin/python", plugin_dir="/env/wedge-plugin", model="/m")
+EXE = Executables(python="/venv/bin/python", smg="/venv/bin/smg", toxiproxy="/bin/tp")
+
+
+def real(router: str = "vllm-router", prefill: int = 1, decode: int = 1) -> TopologySpec:
+    return TopologySpec(
+        prefill=prefill,
+        decode=decode,
+        router=RouterSpec(kind=router),
+        prefill_worker=ENGINE,
+        decode_worker=ENGINE,
+    )
+
+
+def rendered(spec: TopologySpec) -> dict[str, tuple[tuple[str, ...], dict[str, str]]]:
+    """Each component's argv and environment; decodes get side-channel ports of their own."""
+    names = [*spec.prefill_names, *spec.decode_names]
+    http = {n: 20000 + i for i, n in enumerate(spec.component_names)}
+    plan = PortPlan(
+        http=http, bootstrap={n: 21000 + i for i, n in enumerate(names)}, router_metrics=1
+    )
+    listen = {link: 30000 + i for i, link in enumerate(spec.link_names())}
+    exe = Executables(python=EXE.python, smg=EXE.smg, toxiproxy=EXE.toxiproxy, engine=INSTALL)
+    return {c.name: (c.argv, dict(c.env)) for c in render_components(spec, plan, listen, exe)}
+
+
+def test_each_engine_has_its_side_channel_and_each_decode_reaches_prefills_through_its_links() -> (
+    None
+):
+    spec = real(prefill=2, decode=1)
+    components = rendered(spec)
+    listen = {link: 30000 + i for i, link in enumerate(spec.link_names())}
+    argv, env = components["decode-0"]
+    assert argv[:3] == ("/env/bin/python", "-m", "vllm.entrypoints.openai.api_server")
+    assert "kv_consumer" in argv[argv.index("--kv-transfer-config") + 1]
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "21002"
+    assert env["WEDGE_NIXL_ROUTE"] == (
+        f"127.0.0.1:21000=127.0.0.1:{listen['decode-0->prefill-0']},"
+        f"127.0.0.1:21001=127.0.0.1:{listen['decode-0->prefill-1']}"
+    )
+    assert env["UCX_NET_DEVICES"] == "lo" and env["PYTHONPATH"] == "/env/wedge-plugin"
+    argv, env = components["prefill-1"]
+    assert "kv_producer" in argv[argv.index("--kv-transfer-config") + 1]
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "21001" and env["WEDGE_NIXL_ROUTE"] == ""
+    assert argv[argv.index("--model") + 1] == "/m"
+
+
+def test_smg_learns_real_engines_by_registration_and_vllm_router_by_its_flags() -> None:
+    smg = rendered(real("smg"))["router"][0]
+    assert "--prefill" not in smg and "--decode" not in smg and real("smg").registers_workers
+    vllm_router = rendered(real())["router"][0]
+    assert "--prefill" in vllm_router and not real().registers_workers
+
+
+def test_the_report_says_the_kv_itself_is_not_proxied() -> None:
+    lines = not_proxied(real())
+    assert any(line.startswith("the KV itself: UCX's own TCP connections") for line in lines)
+    assert not any("SGLang-protocol" in line for line in lines)
+
+
+def test_what_the_kind_refuses_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match="model= is only for kind='vllm'"):
+        WorkerSpec(kind="stub", model="/m")
+    with pytest.raises(ConfigError, match="vllm workers run behind smg or vllm-router"):
+        real("sglang-router")
+    mixed = TopologySpec(router=RouterSpec(kind="vllm-router"), prefill_worker=ENGINE)
+    with pytest.raises(ConfigError, match="a vllm peer serving the same model"):
+        with_engine(mixed, EXE)
+    assert with_engine(TopologySpec(), EXE) is EXE  # stubs: nothing is installed
