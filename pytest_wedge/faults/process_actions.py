@@ -301,36 +301,3 @@ class PauseEngineProcess(ComponentFault):
                 self, expected=f"{self.process} of {self.target} stopped (T)", seen=str(statuses)
             )
         return f"{self.process} of {self.target} stopped (T); the rest of the engine runs"
-
-
-@register
-@dataclass(frozen=True)
-class KillEngineProcess(ComponentFault):
-    """SIGKILL of one process of a vLLM engine (``process`` as for
-    :class:`PauseEngineProcess`). Reverting restarts the whole engine if it is not running."""
-
-    process: str = "engine-core"
-    """``api-server``, ``engine-core`` or ``worker``."""
-
-    def apply(self, topology: Topology) -> None:
-        for found in engine_processes(self, self.process, topology):
-            found.kill()
-
-    def revert(self, topology: Topology) -> None:
-        if topology.runtime.state(self.target) != "running" or not _whole(self, topology):
-            topology.restart(self.target)
-
-    def describe(self) -> str:
-        return f"KillEngineProcess on {self.target} ({self.process})"
-
-
-def _whole(fault: Fault, topology: Topology) -> bool:
-    """Every process of the engine is there and none is a zombie."""
-    for process in ("engine-core", "worker"):
-        try:
-            found = engine_processes(fault, process, topology)
-        except FaultNotApplied:
-            return False
-        if any(s in ("zombie", "gone") for s in _statuses(found)):
-            return False
-    return True
