@@ -321,14 +321,14 @@ class Topology:
                 self.runtime.restart(name)  # the kill in it finds nothing left to kill
             if "router" in batch:
                 self._register_workers(max(1.0, deadline - time.monotonic()))
-        if self.spec.real_engines:
-            warm_up_engines(
-                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
-            )
             wait_ready(
                 self.runtime,
                 [self.components[n] for n in batch],
                 timeout_s=max(1.0, deadline - time.monotonic()),
+            )
+        if self.spec.real_engines:
+            warm_up_engines(
+                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
             )
         return time.monotonic() - started
 
