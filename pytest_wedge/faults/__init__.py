@@ -44,6 +44,7 @@ from pytest_wedge.faults.process_actions import (
     DecodeOnlyRestart,
     Kill,
     Pause,
+    PauseEngineProcess,
     Restart,
     Terminate,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "LeakSlot",
     "LimitData",
     "Pause",
+    "PauseEngineProcess",
     "PinOnAbort",
     "RefuseBootstrap",
     "ResetPeer",

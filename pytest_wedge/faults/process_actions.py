@@ -241,3 +241,68 @@ class CoRestart(Fault):
 
     def verify(self, topology: Topology, applied_at: float) -> str | None:
         return verify_restarted(self, topology.pd_pair(self.target), topology, applied_at)
+
+
+# The processes of one vLLM engine (the vllm worker kind), by the title vLLM gives each.
+ENGINE_PROCESSES = {"api-server": "", "engine-core": "VLLM::EngineCore", "worker": "VLLM::Worker"}
+
+
+def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psutil.Process]:
+    """The processes of ``fault.target``'s vLLM engine named ``process`` (its API server is the
+    process pytest-wedge started; the others are titled by vLLM)."""
+    check_started_by_us([fault.target], topology)
+    if topology.spec.worker(fault.target).kind != "vllm" or process not in ENGINE_PROCESSES:
+        raise ConfigError(
+            f"{type(fault).__name__} acts on one process of a vllm worker",
+            facts={
+                "target": fault.target,
+                "its kind": topology.spec.worker(fault.target).kind,
+                "process": process,
+                "processes": ", ".join(ENGINE_PROCESSES),
+            },
+            fix="target a worker of kind 'vllm'; for a whole worker use Pause or Kill",
+        )
+    tree = _process_tree(topology.runtime.pid(fault.target))
+    if process == "api-server":
+        return tree[:1]
+    title = ENGINE_PROCESSES[process]
+    found = []
+    for candidate in tree[1:]:
+        try:
+            if " ".join(candidate.cmdline()).startswith(title):
+                found.append(candidate)
+        except psutil.Error:
+            continue
+    if not found:
+        raise FaultNotApplied(fault, expected=f"a {title} process", seen="none in the engine")
+    return found
+
+
+@register
+@dataclass(frozen=True)
+class PauseEngineProcess(ComponentFault):
+    """SIGSTOP of one process of a vLLM engine (``process``: ``api-server``, ``engine-core`` or
+    ``worker``). With EngineCore or Worker stopped the API server still answers ``/health`` 200
+    and serves ``/metrics`` frozen while nothing is generated. Reverted by SIGCONT."""
+
+    process: str = "engine-core"
+    """``api-server``, ``engine-core`` or ``worker``."""
+
+    def apply(self, topology: Topology) -> None:
+        for found in engine_processes(self, self.process, topology):
+            found.suspend()
+
+    def revert(self, topology: Topology) -> None:
+        for found in engine_processes(self, self.process, topology):
+            found.resume()
+
+    def describe(self) -> str:
+        return f"PauseEngineProcess on {self.target} ({self.process})"
+
+    def verify(self, topology: Topology, applied_at: float) -> str | None:
+        statuses = _statuses(engine_processes(self, self.process, topology))
+        if any(s != psutil.STATUS_STOPPED for s in statuses):
+            raise FaultNotApplied(
+                self, expected=f"{self.process} of {self.target} stopped (T)", seen=str(statuses)
+            )
+        return f"{self.process} of {self.target} stopped (T); the rest of the engine runs"

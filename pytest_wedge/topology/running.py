@@ -55,6 +55,7 @@ from pytest_wedge.topology.worker_start import (
 )
 from pytest_wedge.waiting import poll
 
+SHORT_TMP = 40  # the longest temp folder a vLLM engine's IPC socket paths still fit under
 ENGINE_IDLE_S = 30.0  # how long a reset waits for vLLM engines to finish a test's requests
 
 
@@ -209,7 +210,10 @@ class Topology:
         """A vLLM engine's temp folder of its own, removed at close: the engine leaves its
         IPC sockets there when it is killed."""
         if self._engine_tmp is None:
-            self._engine_tmp = tempfile.mkdtemp(prefix="wedge-vllm-")
+            # vLLM binds IPC sockets there, and a socket's path has at most 107 bytes.
+            base = tempfile.gettempdir()
+            base = base if len(base) <= SHORT_TMP else "/tmp"
+            self._engine_tmp = tempfile.mkdtemp(prefix="wedge-vllm-", dir=base)
         folder = os.path.join(self._engine_tmp, component.name)
         os.makedirs(folder, exist_ok=True)
         env = (("TMPDIR", folder), ("VLLM_RPC_BASE_PATH", folder))
@@ -317,14 +321,14 @@ class Topology:
                 self.runtime.restart(name)  # the kill in it finds nothing left to kill
             if "router" in batch:
                 self._register_workers(max(1.0, deadline - time.monotonic()))
-        if self.spec.real_engines:
-            warm_up_engines(
-                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
-            )
             wait_ready(
                 self.runtime,
                 [self.components[n] for n in batch],
                 timeout_s=max(1.0, deadline - time.monotonic()),
+            )
+        if self.spec.real_engines:
+            warm_up_engines(
+                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
             )
         return time.monotonic() - started
 

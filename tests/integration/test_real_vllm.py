@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from pytest_wedge.faults import PauseEngineProcess
 from pytest_wedge.handle import Wedge
 from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.scenarios.catalog import Scenario, catalog
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("real-vllm")]
 ENGINE = WorkerSpec(kind="vllm")
 SEED = {s.name: s for s in catalog()}["stray-requester-masks-router-wedge"]
 BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+GENERATED = "vllm:generation_tokens_total"
 
 
 def on_vllm(scenario: Scenario, router: str) -> Scenario:
@@ -103,3 +105,24 @@ def test_the_seed_incident_is_located_at_the_router_on_real_vllm(wedge_factory: 
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.location == "router", diagnosis
     assert diagnosis.locator == "blind"
+
+
+def test_engine_core_stopped_leaves_health_200_and_the_metrics_frozen(wedge_factory: Any) -> None:
+    """The seed incident's "health is fine, nothing moves", on a real engine: with the decode's
+    EngineCore stopped, its API server still answers /health 200, a request hangs, and
+    generation stops; SIGCONT lets the request finish."""
+    wedge = open_on(wedge_factory, "vllm-router")
+    decode = wedge.topology.worker_url("decode-0")
+    stopped = wedge.apply(PauseEngineProcess(target="decode-0", process="engine-core"))
+    body = {"model": wedge.topology.spec.stub.model, "prompt": "the kv " * 20, "max_tokens": 4}
+    try:
+        generated = metric_value(httpx.get(decode + "/metrics").text, GENERATED)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(wedge.topology.url + "/v1/completions", json=body, timeout=10.0)
+        assert httpx.get(decode + "/health", timeout=5.0).status_code == 200
+        # Ten seconds with a request sent, and not one token more.
+        assert metric_value(httpx.get(decode + "/metrics").text, GENERATED) == generated
+    finally:
+        wedge.revert(stopped)
+    answer = httpx.post(wedge.topology.url + "/v1/completions", json=body, timeout=120.0)
+    assert answer.status_code == 200, answer.text
