@@ -13,7 +13,8 @@ and PSS; the router's in-flight gauges and every engine's request gauges from th
 ``/metrics``; the connections Toxiproxy holds per link (its accepted sockets: Toxiproxy exports
 no connection gauge); and the client ledger's pending count. The slope of each series per hour
 comes with its interval (bench/slopes.py). A series leaks when the interval's low end is above
-the series' bound (``BOUNDS``): growth shown beyond what a clean run shows.
+the series' bound (``BOUNDS``), growth shown beyond what a clean run shows, and its growth over
+the sampled window is more than the load itself can move (``floors``).
 """
 
 from __future__ import annotations
