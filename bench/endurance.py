@@ -13,7 +13,8 @@ and PSS; the router's in-flight gauges and every engine's request gauges from th
 ``/metrics``; the connections Toxiproxy holds per link (its accepted sockets: Toxiproxy exports
 no connection gauge); and the client ledger's pending count. The slope of each series per hour
 comes with its interval (bench/slopes.py). A series leaks when the interval's low end is above
-the series' bound (``BOUNDS``): growth shown beyond what a clean run shows.
+the series' bound (``BOUNDS``), growth shown beyond what a clean run shows, and its growth over
+the sampled window is more than the load itself can move (``floors``).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ BOUNDS: dict[str, float] = {
     "connections": 20.0,  # as for descriptors: a held connection is two of Toxiproxy's
     "pending": 20.0,  # a client request every 3 minutes that never ends
 }
+# The largest swing of a clean process's PSS after the warm-up: Toxiproxy's Go heap went from
+# 33.7 to 49.2 MiB and back within two minutes as the request rate changed.
+PSS_FLOOR_MIB = 16.0
 
 
 @dataclass(frozen=True)
@@ -326,7 +330,7 @@ def soak(args: argparse.Namespace) -> int:
     problems += [f"process replaced during the soak: {r}" for r in replaced]
     if load.error is not None:
         problems.append(f"the load crashed: {load.error!r}")
-    leaks = report(run)
+    leaks = report(run, args.agents)
     for problem in problems:
         print(f"soak: FAILED: {problem}")
     if leaks:
@@ -388,29 +392,46 @@ def slopes(run: Run) -> dict[str, Slope | None]:
     }
 
 
-def report(run: Run) -> list[str]:
-    """Print every series' slope and interval; the series that leak beyond their bound."""
+def floors(agents: int) -> dict[str, float]:
+    """How far a series may move over the sampled window with nothing leaked: a closed loop of
+    ``agents`` agents holds at most that many requests, connections and sockets per hop, so a
+    change of load (a busier machine) moves those series by up to that much; a process's
+    memory swings with the load (a garbage-collected heap most). A leak grows past these."""
+    return {kind: float(agents) for kind in BOUNDS} | {"pss_mib": PSS_FLOOR_MIB}
+
+
+def report(run: Run, agents: int) -> list[str]:
+    """Print every series' slope and interval; the series that leak: an interval above the
+    bound, and growth over the sampled window beyond what the load itself can move."""
     fitted = slopes(run)
+    window_h = (max(run.times) - min(run.times)) / 3600 if run.times else 0.0
+    floor = floors(agents)
     width = max((len(n) for n in fitted), default=10)
     print(
         f"\n{'series'.ljust(width)}  {'slope/h':>9}  {'95 % interval /h':>20}  "
-        f"{'n':>3}  {'n_eff':>5}  {'r1':>4}  {'bound/h':>7}  verdict"
+        f"{'n':>3}  {'n_eff':>5}  {'r1':>4}  {'bound/h':>7}  {'growth':>7}  verdict"
     )
     leaks = []
     for name, slope in fitted.items():
-        bound = BOUNDS[series_kind(name)]
+        kind = series_kind(name)
         if slope is None:
             print(f"{name.ljust(width)}  {'-':>9}  {'too few samples':>20}")
             continue
-        leaking = slope.low > bound
+        growth = slope.per_hour * window_h
+        leaking = slope.low > BOUNDS[kind] and growth > floor[kind]
         if leaking:
             leaks.append(name)
         interval = f"[{slope.low:+.1f}, {slope.high:+.1f}]"
         print(
             f"{name.ljust(width)}  {slope.per_hour:>+9.1f}  {interval:>20}  {slope.n:>3}  "
-            f"{slope.n_effective:>5.1f}  {slope.lag1:>4.2f}  {bound:>7g}  "
-            + ("LEAK" if leaking else "ok")
+            f"{slope.n_effective:>5.1f}  {slope.lag1:>4.2f}  {BOUNDS[kind]:>7g}  "
+            f"{growth:>+7.1f}  " + ("LEAK" if leaking else "ok")
         )
+    print(
+        f"(growth: the fitted change over the {window_h * 60:.1f} sampled minutes; a leak also "
+        f"grows past {floor['in_flight']:g} requests, connections or descriptors, "
+        f"{floor['pss_mib']:g} MiB)"
+    )
     return leaks
 
 
