@@ -50,16 +50,17 @@ matrix: install
 # The test suite, with a private dockerd for the docker-runtime tests (started and stopped
 # here; WEDGE_DOCKER=0 skips Docker). pytest's exit 5 (nothing collected) is a failure.
 # Two xdist workers: most tests wait on servers, not on the CPU (TEST_WORKERS=0: one process).
-# The real-engine tests run after the rest, alone: a real 1P+1D takes both cores of a 2-core
-# machine (UCX busy-polls one), which would starve every test running beside it.
+# The tests that take the machine run after the rest, alone: a real 1P+1D takes both cores of
+# a 2-core machine (UCX busy-polls one), and the soak's self-tests hold a 30-agent load for
+# minutes; beside them, every timing the other tests rely on stretches.
 TEST_WORKERS ?= 2
-REAL_ENGINE_TESTS := tests/integration/test_real_vllm.py
+SOLO_TESTS := tests/integration/test_real_vllm.py tests/integration/test_soak.py
 test: install system-deps lint
 	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) \
-	  --ignore=$(REAL_ENGINE_TESTS) $(PYTEST_ARGS); rc=$$?; \
+	  $(addprefix --ignore=,$(SOLO_TESTS)) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
-	$(BIN)/python -m pytest $(REAL_ENGINE_TESTS) -q -n 0 $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "no real-engine test ran"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest $(SOLO_TESTS) -q -n 0 $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no solo test ran"; exit 1; fi; exit $$rc
 
 # Real vLLM on CPU (the vllm worker kind): the KV transfer behind vllm-router and smg, the seed
 # incident, and the leak check of a real-engine session; one 1P+1D at a time (about 7 GB of
