@@ -60,7 +60,7 @@ def test_a_node_id_on_the_command_line_selects_that_scenario(pytester: pytest.Py
 
 def test_k_and_deselect_select_by_name_and_node_id(pytester: pytest.Pytester) -> None:
     picked = pytester.runpytest_subprocess(
-        "--wedge-scenarios", "-k", "blackhole or half-open", "--co", "-q"
+        "--wedge-scenarios", "-k", "kv-transfer-blackhole or half-open", "--co", "-q"
     )
     assert collected(picked) == [
         "wedge-scenarios::half-open-decode-stream",
