@@ -229,7 +229,12 @@ MUTATIONS = {
             ),
         ),
         ScenarioFailed,
-        "expected the wedge at none, the diagnosis says router",
+        # The breakers open on the stray's 500s: the harness's 503s are the router's, unless
+        # the snapshot comes first, while the router still counts failures against prefill-0.
+        (
+            "expected the wedge at none, the diagnosis says router",
+            "expected the wedge at none, the diagnosis says prefill-0",
+        ),
     ),
     "decode-transport-error-orphans-prefill": (
         # The decode link swallows instead of resetting: requests wait on both legs.
@@ -238,13 +243,14 @@ MUTATIONS = {
         "4 harness requests have no final state",
     ),
     "kv-load-deadline-charged-prefill-queue-time": (
-        # A KV-load deadline longer than the prefill's queue: no healthy request reaches it.
+        # A KV-load deadline longer than the whole healthy run (quiet_within_s = 15): no
+        # healthy request reaches it however slow the machine (8 s did, on two loaded cores).
         lambda s: dataclasses.replace(
             s,
             watchdogs=(
                 dataclasses.replace(
                     s.watchdogs[0],
-                    watchdog=dataclasses.replace(s.watchdogs[0].watchdog, after_s=8.0),
+                    watchdog=dataclasses.replace(s.watchdogs[0].watchdog, after_s=60.0),
                 ),
             ),
         ),
