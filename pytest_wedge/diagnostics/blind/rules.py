@@ -209,15 +209,7 @@ def held_upstream(s: Servers, n: int) -> Verdict:
         return s.verdict(p.name, sure, f"{held}{partner}", p.load_line())
     _rule_out_prefills(s, floor)
     if waiting:
-        # A prefill that answers nothing at all holds the KV they wait for: its gauges, read
-        # as zeros, cannot clear it.
-        found = worker_down(s, s.role("prefill"), slow=True) or _transfer(s, waiting[0])
-        if found.confidence == UNKNOWN and (alone := _alone_prefilling(s.role("prefill"), n)):
-            # The transfer links tell nothing apart; one prefill alone holds requests in prefill.
-            p = alone[0]
-            held = f"{p.name} alone holds {p.queued:g} queued and {p.running:g} prefilling"
-            return s.verdict(p.name, LIKELY, held, *found.because, p.load_line())
-        return found
+        return _waiting_for_kv(s, waiting[0], n)
     # A decode holding them without serving them is seen in its own gauges; the router's
     # count for a prefill lags its answers under load: a weak sign, asked late.
     what = "holds them and sent no first byte"
@@ -243,6 +235,26 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     if (v := _gaugeless_holder(s, [*prefills, *decodes], n)) is not None:
         return v
     return s.verdict("router", UNKNOWN, "no component shows where they are held", s.router_line())
+
+
+def _waiting_for_kv(s: Servers, d: Worker, n: int) -> Verdict:
+    """The requests wait at ``d`` for their KV: which transfer holds them."""
+    # A prefill that answers nothing at all holds the KV they wait for: its gauges, read as
+    # zeros, cannot clear it.
+    found = worker_down(s, s.role("prefill"), slow=True) or _transfer(s, d)
+    if found.confidence != UNKNOWN:
+        return found
+    if alone := _alone_prefilling(s.role("prefill"), n):
+        # The transfer links tell nothing apart; one prefill alone holds requests in prefill.
+        p = alone[0]
+        held = f"{p.name} alone holds {p.queued:g} queued and {p.running:g} prefilling"
+        return s.verdict(p.name, LIKELY, held, *found.because, p.load_line())
+    # Waiting for KV told nothing apart; a decode holding none of what the router sent it is
+    # seen (a decode streaming its own load also waits for a few KVs).
+    for other in s.role("decode"):
+        if (v := _lost_between(s, other, n)) is not None:
+            return v
+    return found
 
 
 def _rule_out_prefills(s: Servers, floor: float) -> None:
