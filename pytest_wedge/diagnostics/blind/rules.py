@@ -45,6 +45,18 @@ def worker_down(s: Servers, workers: list[Worker], *, slow: bool = False) -> Ver
     return None
 
 
+def _lost_on_a_troubled_link(s: Servers, workers: list[Worker], n: int) -> Verdict | None:
+    """Of the workers the router waits on for requests they do not hold, one whose router link
+    does not carry /health or swallowed bytes is seen; the others' counts may only lag (smg
+    counts a prefill's leg in flight until the whole request ends)."""
+    for w in workers:
+        link = f"router->{w.name}"
+        troubled = s.obs.health.get(f"via {link}") not in (None, "ok") or s.obs.swallowed(link)
+        if troubled and (v := _lost_between(s, w, n)) is not None:
+            return v
+    return None
+
+
 def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
     """The router waits on ``w`` for requests ``w`` does not hold: lost on the link."""
     missing = w.missing
@@ -217,6 +229,8 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     if stuck is not None and _stuck_at(stuck) >= max(1.0, n / 2):
         return _decode_holds(s, stuck, what)
     if (v := worker_down(s, [*prefills, *decodes], slow=True)) is not None:
+        return v
+    if (v := _lost_on_a_troubled_link(s, [*prefills, *decodes], n)) is not None:
         return v
     for w in prefills:
         if (v := _lost_between(s, w, n)) is not None:
