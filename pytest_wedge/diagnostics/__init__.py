@@ -141,6 +141,7 @@ def _snapshot(
         window=window,
         truth=truth,
         client=(now, records),
+        held_from=None if began is None else began + overdue_after_s,
     )
 
 

@@ -113,6 +113,10 @@ class Observed:
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
     workers_before: dict[str, dict[str, float]] = field(default_factory=dict)
     before_at: float | None = None
+    # A second earlier point for the gauges alone, when ``workers_before`` predates the wedge:
+    # a read taken once its requests were overdue (rates keep the longer window).
+    gauges_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    gauges_before_at: float | None = None
     # Engine counters from the start of the window (with the router's and the links' ones).
     workers_window: dict[str, dict[str, float]] = field(default_factory=dict)
     traffic: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -174,8 +178,13 @@ class Observed:
         """The latest value of a gauge that was above zero in the earlier sample too (a wedge
         holds it, a blip comes and goes), unless that sample is from before ``since``."""
         now = self.workers.get(worker, {}).get(name, 0.0)
-        before = self.workers_before.get(worker, {}).get(name)
-        stale = since is not None and (self.before_at or 0.0) < since
+        earlier, at = (
+            (self.gauges_before, self.gauges_before_at)
+            if self.gauges_before_at is not None
+            else (self.workers_before, self.before_at)
+        )
+        before = earlier.get(worker, {}).get(name)
+        stale = since is not None and (at or 0.0) < since
         return now if before is None or stale or before > 0 else 0.0
 
     def delta(self, worker: str, name: str) -> float | None:

@@ -221,6 +221,18 @@ def _read_again(
     fill(snapshot, topology, {k: v for k, v in results.items() if k.endswith(" state")})
 
 
+def _read_gauges_again(topology: Topology, obs: Observed, started: float, timeout_s: float) -> None:
+    """The probe's latest sample predates the wedge (its requests were not overdue yet), so a
+    gauge in it cannot show them held: the read just taken becomes the gauges' earlier point
+    and the workers are read again, ``MIN_RATE_WINDOW_S`` later. Without this, one sample of
+    a burst at a healthy worker reads as requests held there."""
+    obs.gauges_before, obs.gauges_before_at = dict(obs.workers), started
+    jobs, timeouts = observed_jobs(topology, timeout_s, slow=False, extras=False)
+    time.sleep(max(0.0, started + MIN_RATE_WINDOW_S - time.time()))
+    results, _ = gather(jobs, timeouts)
+    fill_observed(obs, topology, results, {})
+
+
 def read_servers(
     topology: Topology,
     timeout_s: float,
@@ -259,11 +271,13 @@ def collect(
     truth: bool = True,
     pool: ThreadPoolExecutor | None = None,
     client: tuple[float, list[ClientRecord]] | None = None,
+    held_from: float | None = None,
 ) -> Snapshot:
     """Fetch everything in parallel. ``before`` (the probe's latest sample) and ``window`` (one
     from before the wedge) give earlier points, else a second read is taken; ``truth=False``
     reads only what an operator could; ``client``: the ledger's records as read just now (at
-    that moment), when the caller needed them to choose ``window``."""
+    that moment), when the caller needed them to choose ``window``; ``held_from``: when the
+    wedge's requests became overdue (a gauge must hold them in two reads from then on)."""
     # The client's view first. Read after it, the servers' counters, breakers and process
     # states show whatever the client saw (they only grow or stick); read before it, a
     # failure the client saw during a slow collection would have no trace on any server.
@@ -278,6 +292,8 @@ def collect(
         snapshot.stub_states_before, snapshot.before_at = before.stub_states, before.taken_at
     if obs.before_at is None or obs.traffic_before_at is None or (truth and not snapshot.before_at):
         _read_again(topology, snapshot, started, timeout_s, truth)
+    elif held_from is not None and (obs.before_at or 0.0) < held_from <= started:
+        _read_gauges_again(topology, obs, started, timeout_s)
     snapshot.taken_at = obs.taken_at = time.time()
     snapshot.client = obs.client = records
     obs.client_at = started
