@@ -27,6 +27,7 @@ from pytest_wedge.diagnostics.blind.servers import (
     CARRIES_HEALTH,
     CERTAIN,
     LIKELY,
+    UNKNOWN,
     Servers,
     Verdict,
 )
@@ -238,6 +239,13 @@ def locate_blind(
     verdicts, everyone = _group(obs, origin, overdue_after_s, win)
     pairs = [(hop, r.get("origin", "?")) for r, hop, _ in everyone]
     location, stuck = place(pairs, origin, obs.prefill, obs.decode)
+    # A group whose hop cannot be told (a 4xx naming no component) does not outvote, or win a
+    # tie against, one whose hop can: it is shown under ``stuck``, and located only alone.
+    told = [
+        (hop, r.get("origin", "?")) for r, hop, k in everyone if verdicts[k].confidence != UNKNOWN
+    ]
+    if any(who == origin for _, who in told):
+        location, _ = place(told, origin, obs.prefill, obs.decode)
     held = [h for h in everyone if h[0].get("origin") == origin]
     best = Verdict("none", CERTAIN, [])
     if held:
