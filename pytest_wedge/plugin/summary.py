@@ -41,11 +41,15 @@ def scenario_row(name: str, wedge: Wedge, result: ScenarioResult, origin: str) -
     check = result.check
     windows = list(wedge.faults.windows)
     cleared_by = check.cleared_by() if check else []
-    row: dict[str, Any] = {
+    # Every row has every column (null where the scenario measured nothing: one that applies
+    # no fault has no window to split before/during/after), so summary.json reads as a table.
+    row: dict[str, Any] = {key: None for key, _ in COLUMNS} | {
         "scenario": name,
         "located_at": result.diagnosis.location if result.diagnosis else None,
         "cleared_by": "; ".join(cleared_by) or None,
         "time_to_clear_s": check.time_to_clear_s if check else None,
+        "throughput_back_s": None,
+        "latency": {phase: [None, None] for phase in ("before", "during", "after")},
     }
     from pytest_wedge.diagnostics.recovery import recovery  # only when a scenario ran
 
