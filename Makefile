@@ -52,15 +52,18 @@ matrix: install
 # Two xdist workers: most tests wait on servers, not on the CPU (TEST_WORKERS=0: one process).
 # The tests that take the machine run after the rest, alone: a real 1P+1D takes both cores of
 # a 2-core machine (UCX busy-polls one), and the soak's self-tests hold a 30-agent load for
-# minutes; beside them, every timing the other tests rely on stretches.
+# minutes; beside them, every timing the other tests rely on stretches. Each file runs in a
+# pytest of its own, so the engines (kept up for the session) are gone before the soak starts.
 TEST_WORKERS ?= 2
 SOLO_TESTS := tests/integration/test_real_vllm.py tests/integration/test_soak.py
 test: install system-deps lint
 	scripts/docker-daemon.sh run $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) \
 	  $(addprefix --ignore=,$(SOLO_TESTS)) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no test ran"; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
-	$(BIN)/python -m pytest $(SOLO_TESTS) -q -n 0 $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "no solo test ran"; exit 1; fi; exit $$rc
+	for solo in $(SOLO_TESTS); do \
+	  $(BIN)/python -m pytest $$solo -q -n 0 $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no test ran in $$solo"; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
+	done
 
 # Real vLLM on CPU (the vllm worker kind): the KV transfer behind vllm-router and smg, the seed
 # incident, and the leak check of a real-engine session; one 1P+1D at a time (about 7 GB of
