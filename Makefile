@@ -35,9 +35,12 @@ $(TOXIPROXY): | $(VENV)/.installed
 	$(BIN)/pytest-wedge install-toxiproxy --dest bin
 	$(TOXIPROXY) -version
 
-# The main job: the scenario catalog on the process runtime.
+# The main job: the scenario catalog on the process runtime, on two pytest-xdist workers (each
+# shape comes up on one of them): a scenario mostly waits on its own clocks (overdue thresholds,
+# watchdog budgets), not on the CPU. SCENARIO_WORKERS=0: one process.
+SCENARIO_WORKERS ?= 2
 scenarios: install
-	$(BIN)/python -m pytest --wedge-scenarios -q $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest --wedge-scenarios -q -n $(SCENARIO_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no scenario ran"; exit 1; fi; exit $$rc
 
 # The catalog on every router kind (smg, sglang-router, vllm-router; each pinned router in its
