@@ -150,6 +150,9 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             if q is not p
         ):
             sure = LIKELY
+        # So does another decode waiting for KV: the KV ready may be the other one's.
+        if any(o.waiting_kv_now for o in s.role("decode") if o is not d):
+            sure = LIKELY
         kv = f"{p.name} has {p.ready_for_router:g} with KV ready that no decode fetched"
         return s.verdict(
             f"{d.name}->{p.name}",
