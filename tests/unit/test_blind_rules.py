@@ -320,6 +320,70 @@ def test_two_prefills_and_kv_ready_on_one_names_that_pair() -> None:
     located(obs, "decode-1->prefill-1", "certain")
 
 
+def test_kv_ready_on_one_prefill_while_both_decodes_wait_for_kv_is_only_likely() -> None:
+    # The ready KV may be for either decode: the pair is a guess, not an observation.
+    obs = observed(
+        pending(),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_1=30, decode_0=4, decode_1=30),
+        workers={
+            "prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 4.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
+    located(obs, "decode-1->prefill-1", "likely")
+
+
+def test_a_prefill_gauge_seen_once_after_the_requests_were_overdue_holds_nothing() -> None:
+    # The probe's sample predates the overdue requests, so the workers were read twice after:
+    # a healthy prefill-0 caught mid-burst in the second read only is not where they are held
+    # (the stalled prefill-1 is, in both reads).
+    obs = observed(
+        pending(3, age=1.2),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=21, prefill_1=5, decode_1=18),
+        workers={
+            "prefill-0": {"num_running_reqs": 17.0},
+            "prefill-1": {"num_running_reqs": 5.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 5.0},
+        },
+        gauges_before={
+            "prefill-0": {"num_running_reqs": 0.0},
+            "prefill-1": {"num_running_reqs": 5.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 5.0},
+        },
+        gauges_before_at=NOW - 0.15,
+    )
+    located(obs, "prefill-1")
+
+
+def test_requests_answered_4xx_do_not_outvote_requests_held_at_a_told_hop() -> None:
+    # Two rejected at once with an error naming no component, two overdue at a prefill that
+    # holds them queued: a tie the told hop wins.
+    rejected = [
+        record(
+            10 + i,
+            age=0.6,
+            state="error",
+            status=400,
+            first_byte=NOW - 0.59,
+            finished=NOW - 0.59,
+            error='HTTP 400: {"error": "chat template error"}',
+        )
+        for i in range(2)
+    ]
+    obs = observed(
+        [*pending(2), *rejected],
+        router=in_flight(prefill_0=4, decode_0=4),
+        workers={"prefill-0": {"num_queue_reqs": 4.0}},
+    )
+    diagnosis = located(obs, "prefill-0")
+    assert diagnosis.stuck.get("router") == {"harness": 2}, diagnosis.render()
+
+
 def test_the_router_waits_on_a_prefill_that_holds_nothing() -> None:
     obs = observed(
         pending(),
