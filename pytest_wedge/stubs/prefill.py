@@ -70,6 +70,11 @@ async def handle(
             entry, asyncio.sleep(info.prompt_tokens * engine.config.prefill_ms_per_token / 1000.0)
         )
         engine.move(entry, "inflight", "kv_ready")
+        # The forward is done: SGLang moves the request to its inflight queue, which holds the
+        # KV (--kv-slots) but no running slot. Holding the slot until the decode fetched would
+        # deadlock concurrent dispatch: the decode's preallocation slots taken by requests still
+        # queued here, while the one running here waits for a slot there.
+        engine.free_slot(entry)
         if room is not None:
             room.kv_ready.set()
             await until_released(entry, _await_transfer(engine, room, entry))

@@ -112,8 +112,8 @@ class PD:
 
 
 @contextlib.asynccontextmanager
-async def pd(**decode: Any) -> AsyncIterator[PD]:
-    p = Engine(StubConfig(role="prefill", port=1, name="prefill-0"))
+async def pd(prefill: dict[str, Any] | None = None, **decode: Any) -> AsyncIterator[PD]:
+    p = Engine(StubConfig(role="prefill", port=1, name="prefill-0", **(prefill or {})))
     d = Engine(StubConfig(role="decode", port=2, name="decode-0", itl_ms=1, **decode))
     servers = [await serve(p), await serve(p, bootstrap_app(p)), await serve(d)]
     for e in (p, d):
@@ -175,6 +175,41 @@ def test_requests_move_through_prealloc_transfer_waiting_queue_and_running_batch
             pair.d.remove_fault("hold-run")
             assert (await first, await second) == (200, 200)
             assert queues(pair.d) == (0, 0, 0, 0)
+
+    run(body)
+
+
+def test_a_prefill_gives_its_running_slot_back_once_the_kv_is_ready() -> None:
+    """Concurrent dispatch may reach the decode in another order than the prefill: here the
+    decode's two preallocation slots go to rooms 3 and 2, still queued at a one-slot prefill,
+    while room 1, prefilled, waits for a decode slot. A prefill that kept its running slot until
+    the KV was fetched would never run rooms 2 and 3: nothing would end."""
+
+    async def body() -> None:
+        async with pd(prefill={"max_running": 1}, max_running=1) as pair:
+            hold = {"name": "hold", "kind": "stall_before_first_token"}
+            pair.p.add_fault(parse_fault(hold))
+            legs = {}
+            for room in (1, 2, 3):  # the prefill admits them in this order
+                legs[f"prefill {room}"] = asyncio.ensure_future(
+                    pair.post(0, pd_body(room, pair.bootstrap_port))
+                )
+                await eventually(lambda n=room: len(pair.p.ledger.active) == n, f"room {room} in")
+            for room in (3, 2):
+                legs[f"decode {room}"] = asyncio.ensure_future(
+                    pair.post(2, pd_body(room, pair.bootstrap_port))
+                )
+            await eventually(
+                lambda: pair.d.snapshot()["prealloc_slots"]["used"] == 2,
+                "rooms 3 and 2 in transfer",
+            )
+            legs["decode 1"] = asyncio.ensure_future(pair.post(2, pd_body(1, pair.bootstrap_port)))
+            await eventually(lambda: queues(pair.d)[0] == 1, "room 1 waiting for a decode slot")
+            pair.p.remove_fault("hold")
+            _, pending = await asyncio.wait(legs.values(), timeout=5.0)
+            stuck = [name for name, leg in legs.items() if leg in pending]
+            assert not stuck, f"still waiting after 5 s: {stuck}"
+            assert {name: leg.result() for name, leg in legs.items()} == dict.fromkeys(legs, 200)
 
     run(body)
 
