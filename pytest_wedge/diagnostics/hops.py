@@ -108,14 +108,19 @@ class Context:
     silent and stopped parts."""
 
     def __init__(
-        self, snapshot: Snapshot, faults: Iterable[InjectedFault] = (), since: float | None = None
+        self,
+        snapshot: Snapshot,
+        faults: Iterable[InjectedFault] = (),
+        since: float | None = None,
+        at: float | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.since = since
         # The client's view was copied first and the worker ledgers are read last (under
-        # load, a good while later): the walk reads them as they were at the client's moment.
+        # load, a good while later): the walk reads them as they were at the client's moment,
+        # or at ``at``, an earlier moment to judge.
         obs = snapshot.observed
-        self.client_at = obs.client_now if obs is not None else snapshot.taken_at
+        self.client_at = at if at is not None else obs.client_now if obs else snapshot.taken_at
         self.prefill: dict[str, list[Seen]] = {}
         self.decode: dict[str, list[Seen]] = {}
         for component, entries in snapshot.ledgers.items():

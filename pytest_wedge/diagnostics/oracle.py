@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import cast
 
 from pytest_wedge.diagnostics.diagnosis import (
     MAX_DETAILS,
@@ -52,6 +54,8 @@ from pytest_wedge.load.client_ledger import FAILED_STATES
 __all__ = ["ELSEWHERE", "InjectedFault", "elsewhere", "injected_faults", "locate", "scene_faults"]
 
 ENDED = ("ok", "error", "aborted", "released")
+# The client ledger's stamps of a request's steps after its creation.
+STEPS = ("sent", "first_byte", "first_token", "last_byte", "last_ping")
 # The documented exceptions: fault kinds that by their nature wedge a hop other than their
 # target, and why.
 ELSEWHERE = {
@@ -233,6 +237,19 @@ def wedged_requests(
     return found
 
 
+def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
+    """A client ledger record as it was at ``at``: None if not created yet; still pending,
+    without the stamps of later steps, if it ended later."""
+    if float(record.get("created") or 0.0) > at:
+        return None
+    finished = record.get("finished")
+    if finished is None or float(finished) <= at:
+        return record
+    later = [k for k in STEPS if (v := record.get(k)) is not None and float(str(v)) > at]
+    ended = {"state": "pending", "finished": None, "status": None, "error": None}
+    return cast(ClientRecord, {**record, **dict.fromkeys(later), **ended})
+
+
 def locate(
     snapshot: Snapshot,
     origin: str = "harness",
@@ -241,11 +258,17 @@ def locate(
     *,
     faults: Sequence[InjectedFault] = (),
     since: float | None = None,
+    at: float | None = None,
 ) -> Diagnosis:
     """Name the hop holding ``origin``'s wedged requests (``none`` when nothing is wedged), by
     the reference rule above; ``faults`` are the injected faults, ``since`` overrides the start
-    of the current fault window."""
-    ctx = Context(snapshot, faults)
+    of the current fault window. ``at`` judges the wedge as it was at that earlier moment (the
+    ledgers read since then are read as of it): the bench scores the blind locator against the
+    instant it observed, not the one the ground truth was read at."""
+    if at is not None:
+        then = (client_as_of(r, at) for r in snapshot.client)
+        snapshot = replace(snapshot, client=[r for r in then if r is not None], taken_at=at)
+    ctx = Context(snapshot, faults, at=at)
     ctx.since = since if since is not None else _window_start(ctx, faults)
     wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
     everyone = [(r, classify(ctx, r)) for r in wedged]

@@ -393,6 +393,23 @@ def test_the_router_waits_on_a_prefill_that_holds_nothing() -> None:
     located(obs, "router->prefill-0", "likely")
 
 
+def test_requests_that_may_still_be_on_their_way_are_not_lost_on_the_link() -> None:
+    """On a loaded machine a request took 0.8 s to its response head lately: requests the
+    router counts for prefill-0 1.2 s after they were sent may not have reached it yet."""
+    answered = [
+        record(100 + i, age=5.0, state="ok", first_byte=NOW - 4.2, finished=NOW - 4.0, tokens=8)
+        for i in range(10)
+    ]
+    router = in_flight(prefill_0=30, decode_0=30)
+    waits = {"decode-0": {"num_decode_transfer_queue_reqs": 30.0}}
+    young = observed([*pending(age=1.2), *answered], router=router, workers=waits)
+    diagnosis = locate_blind(young, "harness", 1.0)
+    assert diagnosis.location != "router->prefill-0", diagnosis.render()
+    assert any("not yet lost" in line for line in diagnosis.ruled_out), diagnosis.render()
+    old = observed([*pending(age=1.7), *answered], router=router, workers=waits)
+    located(old, "router->prefill-0", "likely")
+
+
 def test_the_router_waits_on_a_decode_that_finished() -> None:
     located(observed(pending(), router=in_flight(decode_0=30)), "router->decode-0", "likely")
 

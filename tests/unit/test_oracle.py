@@ -282,6 +282,25 @@ def test_wedged_requests_are_overdue_or_failed_in_the_window() -> None:
     assert [r["request_id"] for r in found] == ["harness-x-0", "harness-x-3", "harness-x-4"]
 
 
+def test_judged_at_an_earlier_moment_the_ledgers_read_since_are_read_as_of_it() -> None:
+    """The bench reads the ground truth after the blind diagnosis; the oracle judges the
+    instant the blind observed. Requests 0.7 s old then, overdue by the time the truth was
+    read, were not yet wedged; one that failed since was still pending; one sent since is
+    left out."""
+    client = [
+        request(0, age=1.0),  # 0.7 s old at the blind's moment
+        request(1, age=1.0, state="error", finished=NOW - 0.1, error="HTTP 500: boom"),
+        request(2, age=0.2),  # created after it
+    ]
+    ledgers = {"prefill-0": [entry(0, "queued"), entry(1, "queued")]}
+    faults = fault("Pause", "prefill-0", ago=1.2)
+    assert locate(snapshot(client, ledgers), faults=faults).location == "prefill-0"
+    then = locate(snapshot(client, ledgers), faults=faults, at=NOW - 0.3)
+    assert (then.location, then.total) == ("none", 2), then.render()
+    later = locate(snapshot(client, ledgers), faults=faults, at=NOW - 0.3, overdue_after_s=0.5)
+    assert (later.location, later.wedged) == ("prefill-0", 2), later.render()
+
+
 # -- draws the bench found the oracle wrong on, recorded ---------------------------------------
 
 CASES = sorted((Path(__file__).parent / "oracle_cases").glob("*.json"))

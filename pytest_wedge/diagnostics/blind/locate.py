@@ -170,7 +170,9 @@ def _group(
         held_from = onset + overdue_after_s
         used, limit = by_pool.get(load_key(records[0]), (0, None))
         pool = f"{used} of {limit} connections in use"
+        young = _still_moving(key, records, obs, overdue_after_s)
         s = Servers(obs, held_from, since=starts, onset=min(onset, win.starts or onset))
+        s.young = young
         verdict = _verdict(s, key, records, ours or len(records), pool)
         verdicts[key] = _earned(verdict, key, records, obs, overdue_after_s)
         held += [(r, verdict.hop, key) for r in records]
@@ -190,23 +192,34 @@ def _reach_s(obs: Observed, overdue_after_s: float, window_s: float = 30.0) -> t
     return took, "the 90th percentile of the client's recent requests' time to response head"
 
 
-def _earned(
-    verdict: Verdict, key: Key, records: list[ClientRecord], obs: Observed, overdue_after_s: float
-) -> Verdict:
-    """``certain`` on pending requests only once they have waited twice the time a request
-    needs to reach its hop at this load: before that a healthy but loaded stack could still be
-    moving them along, and what the servers show of them proves nothing yet."""
-    if verdict.confidence != CERTAIN or isinstance(key, str) or key.kind in ("failed", "unsent"):
-        return verdict
+def _still_moving(
+    key: Key, records: list[ClientRecord], obs: Observed, overdue_after_s: float
+) -> str | None:
+    """Why pending requests may still be on their way (None once they have waited twice the
+    time a request needs to reach its hop at this load): before that a healthy but loaded
+    stack could still be moving them along, and what the servers show of them proves nothing
+    yet."""
+    if isinstance(key, str) or key.kind in ("failed", "unsent"):
+        return None
     now = obs.client_now
     ages = sorted(now - float(r.get("sent") or now) for r in records)
     waited = ages[len(ages) // 2]
     reach, how = _reach_s(obs, overdue_after_s)
     if waited >= 2 * reach:
-        return verdict
+        return None
     pending = f"they have waited {waited:.2f} s (median), under twice the {reach:.2f} s"
-    verdict.because.append(f"not certain yet: {pending} a request needs to reach it ({how})")
-    verdict.confidence = LIKELY
+    return f"{pending} a request needs to reach it ({how})"
+
+
+def _earned(
+    verdict: Verdict, key: Key, records: list[ClientRecord], obs: Observed, overdue_after_s: float
+) -> Verdict:
+    """``certain`` on pending requests only once they may no longer be on their way."""
+    if verdict.confidence != CERTAIN:
+        return verdict
+    if (young := _still_moving(key, records, obs, overdue_after_s)) is not None:
+        verdict.because.append(f"not certain yet: {young}")
+        verdict.confidence = LIKELY
     return verdict
 
 

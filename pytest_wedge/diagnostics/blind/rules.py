@@ -58,10 +58,13 @@ def _lost_on_a_troubled_link(s: Servers, workers: list[Worker], n: int) -> Verdi
 
 
 def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
-    """The router waits on ``w`` for requests ``w`` does not hold: lost on the link."""
+    """The router waits on ``w`` for requests ``w`` does not hold: lost on the link, once
+    they have had the time to cross it at this load (before, they may still be in transit)."""
     missing = w.missing
     if not w.metrics_read or missing < max(3.0, n / 2, w.in_flight / 2):
         return None  # unread gauges prove nothing; a few requests finishing are not a loss
+    if s.still_moving_over(f"router->{w.name}"):
+        return None
     held = f"which holds {w.in_flight - missing:g} of them and answers /health"
     lost = f"they are lost between the router and {w.name}"
     return s.lost_on(f"router->{w.name}", f"{w.sent_line(w.name)}, {held}: {lost}", w.load_line())
@@ -134,6 +137,7 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             and p.missing >= max(3.0, d.waiting_kv / 2)
             and not ready
             and s.obs.grew(p.name, "num_requests") == 0
+            and not s.still_moving_over(f"router->{p.name}")
         ):
             none = "which received none in the window (sglang:num_requests) and holds none of them"
             return s.verdict(f"router->{p.name}", LIKELY, wait, f"{p.sent_line(p.name)}, {none}")

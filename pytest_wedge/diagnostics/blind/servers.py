@@ -248,6 +248,17 @@ class Servers:
             self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
             self.workers[name].direct_answered = answered.get(name, 0)
         self.ruled_out: list[str] = []
+        # Why the requests asked about may still be on their way to the hop that will hold
+        # them (None once they have waited long enough at this load).
+        self.young: str | None = None
+
+    def still_moving_over(self, link: str) -> bool:
+        """The requests may still be on their way over ``link`` (noted as why it is not
+        named): what its far end does not hold of them is not lost yet."""
+        if self.young is None:
+            return False
+        self.rule_out(link, f"not yet lost: {self.young}")
+        return True
 
     # -- the router -------------------------------------------------------------------------
     @property
