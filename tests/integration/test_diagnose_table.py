@@ -58,6 +58,7 @@ class Row:
     stray: str = "decode-0"
     stub: dict[str, Any] = field(default_factory=dict)
     harness: dict[str, Any] = field(default_factory=dict)
+    router_args: tuple[str, ...] = ()
     # A fault whose own act breaks the requests in flight (before the wedge it models sets
     # in) goes in before the harness starts, once a warm-up has moved KV through the pair.
     fault_before_load: bool = False
@@ -125,8 +126,15 @@ ROWS: dict[str, Row] = {
         "prefill-1", lambda: StallBeforeFirstToken(target="prefill-1"), 2, 2, stray="prefill-0"
     ),
     "2P2D decode-1 paused": Row("decode-1", lambda: Pause("decode-1"), 2, 2, stray="decode-0"),
+    # smg's default cache_aware policy picks the prefill and the decode of a request alike
+    # (the same prompt prefixes, the same loads), so one cross pair may carry a request in
+    # a hundred; random picks each on its own, and a quarter of them take the pair.
     "2P2D decode-1->prefill-0 black hole": Row(
-        "decode-1->prefill-0", black_hole("decode-1->prefill-0"), 2, 2
+        "decode-1->prefill-0",
+        black_hole("decode-1->prefill-0"),
+        2,
+        2,
+        router_args=("--policy", "random"),
     ),
     "2P2D router->decode-1 black hole": Row(
         "router->decode-1", black_hole("router->decode-1"), 2, 2, stray="decode-0"
@@ -180,7 +188,9 @@ def start_harness(wedge: Wedge, **harness: object) -> None:
 
 
 def open_row(wedge_factory: Callable[..., Wedge], row: Row) -> Wedge:
-    wedge = wedge_factory(prefill=row.prefill, decode=row.decode, stub=row.stub)
+    wedge = wedge_factory(
+        prefill=row.prefill, decode=row.decode, stub=row.stub, router_args=list(row.router_args)
+    )
     start_stray(wedge, row.stray)
     if row.fault is not None and row.fault_before_load:
         warm_up = wedge.harness(agents=2, rounds=1, origin="warm-up")
