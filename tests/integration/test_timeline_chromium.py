@@ -152,11 +152,13 @@ def notes_by_link(page: str) -> dict[str, str]:
 
 
 def counted(series: list[tuple[float, Any]], link: str, start: float, end: float) -> float:
-    """Bytes both ways on ``link`` between the meter's last points at ``start`` and ``end``."""
+    """Bytes both ways on ``link`` between the meter's last points at ``start`` and ``end``,
+    each direction's total the highest seen so far, as the meter's rates keep it: a connection
+    that closed between Toxiproxy's read and ``ss``'s is in neither count at that point."""
 
     def total(at: float) -> float:
-        point = [totals for t, totals in series if t <= at][-1].get(link, {})
-        return float(point.get("upstream", 0.0) + point.get("downstream", 0.0))
+        points = [totals.get(link, {}) for t, totals in series if t <= at]
+        return sum(max(float(p.get(d, 0.0)) for p in points) for d in ("upstream", "downstream"))
 
     return total(end) - total(start)
 
