@@ -13,6 +13,7 @@ from pytest_wedge.errors import ConfigError
 from pytest_wedge.evidence.parse import process_state
 from pytest_wedge.faults.fault import Fault, FaultNotApplied
 from pytest_wedge.faults.registry import register
+from pytest_wedge.runtime.interface import wait_stopped
 from pytest_wedge.spec.names import validate_component_name, validate_link_name
 
 if TYPE_CHECKING:
@@ -291,6 +292,8 @@ class PauseEngineProcess(ComponentFault):
     def apply(self, topology: Topology) -> None:
         for found in engine_processes(self, self.process, topology):
             found.suspend()
+            # SIGSTOP acts when the kernel next schedules the process, as for a whole Pause.
+            wait_stopped(f"{self.target} {self.process}", found.pid)
 
     def revert(self, topology: Topology) -> None:
         for found in engine_processes(self, self.process, topology):
