@@ -354,6 +354,9 @@ def run_draw(session: WedgeSession, d: Draw) -> dict[str, Any]:
             oracle = locate(truth, "harness", OVERDUE_S, faults=faults, at=blind.taken_at)
             row["oracle"] = oracle.location
             row["mismatch"] = mismatch(d, oracle.location)
+            if oracle.location != blind.location:
+                # What the blind locator saw of the client, to tell a moment gap from a rule.
+                row["blind_evidence"] = blind.evidence[:3]
             if row["mismatch"] == "oracle wrong":  # kept: it becomes a case of test_oracle.py
                 row["oracle_evidence"] = oracle.evidence[:8]
                 row["fixture"] = oracle_case(d, truth, faults)
