@@ -245,9 +245,13 @@ def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
     finished = record.get("finished")
     if finished is None or float(finished) <= at:
         return record
-    later = [k for k in STEPS if (v := record.get(k)) is not None and float(str(v)) > at]
+    then = {
+        k: v
+        for k, v in record.items()
+        if k not in STEPS or (isinstance(v, int | float) and v <= at)
+    }
     ended = {"state": "pending", "finished": None, "status": None, "error": None}
-    return cast(ClientRecord, {**record, **dict.fromkeys(later), **ended})
+    return cast(ClientRecord, then | ended)
 
 
 def locate(

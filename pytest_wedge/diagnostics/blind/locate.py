@@ -171,10 +171,11 @@ def _group(
         used, limit = by_pool.get(load_key(records[0]), (0, None))
         pool = f"{used} of {limit} connections in use"
         young = _still_moving(key, records, obs, overdue_after_s)
-        s = Servers(obs, held_from, since=starts, onset=min(onset, win.starts or onset))
-        s.young = young
+        s = Servers(
+            obs, held_from, since=starts, onset=min(onset, win.starts or onset), young=young
+        )
         verdict = _verdict(s, key, records, ours or len(records), pool)
-        verdicts[key] = _earned(verdict, key, records, obs, overdue_after_s)
+        verdicts[key] = _earned(verdict, young)
         held += [(r, verdict.hop, key) for r in records]
     return verdicts, held
 
@@ -211,13 +212,10 @@ def _still_moving(
     return f"{pending} a request needs to reach it ({how})"
 
 
-def _earned(
-    verdict: Verdict, key: Key, records: list[ClientRecord], obs: Observed, overdue_after_s: float
-) -> Verdict:
-    """``certain`` on pending requests only once they may no longer be on their way."""
-    if verdict.confidence != CERTAIN:
-        return verdict
-    if (young := _still_moving(key, records, obs, overdue_after_s)) is not None:
+def _earned(verdict: Verdict, young: str | None) -> Verdict:
+    """``certain`` on pending requests only once they may no longer be on their way
+    (``young``: why they still may be, from :func:`_still_moving`)."""
+    if verdict.confidence == CERTAIN and young is not None:
         verdict.because.append(f"not certain yet: {young}")
         verdict.confidence = LIKELY
     return verdict

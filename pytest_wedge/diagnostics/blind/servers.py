@@ -226,11 +226,15 @@ class Servers:
         *,
         since: float | None = None,
         onset: float | None = None,
+        young: str | None = None,
     ) -> None:
         """``held_from``: since when the requests should be held (an engine sample from before
         then cannot show a gauge holding them); ``since``: from when a restart counts;
-        ``onset``: when the episode began, as the client saw it."""
+        ``onset``: when the episode began, as the client saw it; ``young``: why the requests
+        may still be on their way to the hop that will hold them (None once they have waited
+        long enough at this load)."""
         self.obs = obs
+        self.young = young
         self.since = since
         self.onset = onset
         direct = direct_records(obs)
@@ -248,9 +252,6 @@ class Servers:
             self.workers[name].direct_rate = sum(received_rates(records, obs.client_now).values())
             self.workers[name].direct_answered = answered.get(name, 0)
         self.ruled_out: list[str] = []
-        # Why the requests asked about may still be on their way to the hop that will hold
-        # them (None once they have waited long enough at this load).
-        self.young: str | None = None
 
     def still_moving_over(self, link: str) -> bool:
         """The requests may still be on their way over ``link`` (noted as why it is not
