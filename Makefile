@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 WEDGE_DOCKER_DIR ?= /tmp/pytest-wedge-docker
 export WEDGE_DOCKER_DIR
 
-.PHONY: install system-deps scenarios matrix test unit lint docs bench soak stress real-engine docker-up docker-down clean
+.PHONY: install system-deps scenarios matrix fidelity test unit lint docs bench soak stress real-engine docker-up docker-down clean
 
 # Bytecode for the package too: an editable install leaves none, and where
 # PYTHONDONTWRITEBYTECODE is set each stub (and the stub fork server) would compile it again.
@@ -49,6 +49,13 @@ scenarios: install
 MATRIX_ARGS ?= -n 2
 matrix: install
 	$(BIN)/python -m bench.matrix -- $(MATRIX_ARGS)
+
+# Stub against engine: every catalog scenario a real engine can run, on the stubs and on real
+# vLLM behind vllm-router and smg (one 1P+1D at a time, about 7 GB of RAM); fidelity.md and
+# fidelity.json under .wedge-artifacts/fidelity/. Fails on a difference with no explanation.
+FIDELITY_ARGS ?=
+fidelity: install
+	$(BIN)/python -m bench.fidelity $(FIDELITY_ARGS)
 
 # The test suite, with a private dockerd for the docker-runtime tests (started and stopped
 # here; WEDGE_DOCKER=0 skips Docker). pytest's exit 5 (nothing collected) is a failure.

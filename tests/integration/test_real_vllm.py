@@ -7,7 +7,6 @@ share one group: one xdist worker, one 1P+1D at a time.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -18,43 +17,16 @@ import pytest
 from pytest_wedge.faults import PauseEngineProcess
 from pytest_wedge.handle import Wedge
 from pytest_wedge.metrics_text import metric_value
-from pytest_wedge.scenarios.catalog import Scenario, catalog
+from pytest_wedge.scenarios.catalog import catalog
+from pytest_wedge.scenarios.on_engine import VLLM as ENGINE
+from pytest_wedge.scenarios.on_engine import on_vllm
 from pytest_wedge.scenarios.runner import run_scenario
-from pytest_wedge.spec.workers import WorkerSpec
 
 # First use makes a 5.7 GB environment (3-6 min) before two engines start (1-3 min).
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("real-vllm")]
-ENGINE = WorkerSpec(kind="vllm")
 SEED = {s.name: s for s in catalog()}["stray-requester-masks-router-wedge"]
 BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 GENERATED = "vllm:generation_tokens_total"
-
-
-def on_vllm(scenario: Scenario, router: str) -> Scenario:
-    """``scenario`` on real engines, its load scaled to what a CPU decode sustains: on two
-    loaded cores the tiny model's decode made 10-50 tokens/s in all (about one step a second
-    with 30-70 requests running). The stub's stray of 10 requests/s of 64 tokens (640
-    tokens/s) and 30 agents would keep requests queued long after the fault ends; 4 agents of
-    2 tokens and a stray of one request every 2 s keep the decode visibly busy, which is all
-    the red herring needs. The client's deadline is shorter than the harness's finish budget:
-    on a loaded machine vLLM 0.32's decode was seen keeping a request deferred after its KV had
-    arrived (its log: ``Deferred: 1 reqs``, ``KV fetch: ... 1 completed waiting``) while the
-    prefill's KV of the others expired unread; such requests end as timeouts, which this test
-    does not judge (it judges where the router wedge is located, and that every request ends).
-    The harness's finish budget holds each of its rounds meeting that deadline: with the
-    catalog's 30 s, CI saw second-round requests still held 14.6 s in when it ran out."""
-    strays = tuple({**stray, "rate_per_s": 0.5, "max_tokens": 4} for stray in scenario.strays)
-    deadline_s = 20.0
-    harness = {**scenario.harness, "agents": 4, "max_tokens": 2, "client_timeout_s": deadline_s}
-    rounds = int(harness.get("rounds", 1))
-    expect = dataclasses.replace(scenario.expect, finish_within_s=rounds * deadline_s + 10.0)
-    spec = dataclasses.replace(
-        scenario.spec,
-        router=dataclasses.replace(scenario.spec.router, kind=router),
-        prefill_worker=ENGINE,
-        decode_worker=ENGINE,
-    )
-    return dataclasses.replace(scenario, spec=spec, strays=strays, harness=harness, expect=expect)
 
 
 def open_on(wedge_factory: Any, router: str) -> Wedge:

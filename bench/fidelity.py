@@ -1,0 +1,291 @@
+"""Stub against engine: every catalog scenario a real engine can run, on our stubs and on real
+vLLM (the ``vllm`` worker kind) behind vllm-router and behind smg, in one table.
+
+    python -m bench.fidelity [--scenarios NAMES] [--columns stubs,vllm-router,smg] [--out DIR]
+
+Each column is one session. The stub column runs each scenario as the catalog has it (smg); a
+real column runs it through ``on_vllm`` (the router's overrides applied, the load scaled to a
+CPU engine), one bring-up per router and shape. A cell holds: passed or why not, where the
+diagnosis located the wedge and how sure it was, what cleared it and when, how many requests
+were lost, and the metric signature while wedged (each component's ``/health``, and each
+worker's running, queued and KV-waiting gauges and tokens/s, as the diagnosis read them).
+
+A real cell whose outcome or location differs from the stub cell needs a line in
+``EXPLAINED`` (why the engine behaves otherwise, as measured), and a failing stub cell is a
+failure: either makes the run exit 1. Scenarios that need a stub-only part are listed apart.
+Writes ``fidelity.md`` and ``fidelity.json``; the figures are the bring-up times
+(``real_1p1d_ready_s``), the memory and idle CPU of an idle real 1P+1D, and the engine
+environment's size and time to make.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.common import report
+from pytest_wedge import Wedge, WedgeSession, catalog, run_scenario
+from pytest_wedge.routers.vllm_engine import engine_cost
+from pytest_wedge.scenarios.catalog import Scenario
+from pytest_wedge.scenarios.on_engine import on_vllm, stub_only_parts
+from pytest_wedge.scenarios.runner import ORIGIN, ScenarioFailed
+
+COLUMNS = ("stubs", "vllm-router", "smg")
+REAL = ("vllm-router", "smg")
+# Scenarios about long streams: 2 tokens a request would end them before the fault matters.
+LONG_STREAMS = {
+    "request-timeout-cuts-healthy-long-streams": 16,
+    "sigterm-drains-in-flight-streams-where-kill-cuts-them": 16,
+    "no-progress-watchdog-spares-healthy-streams": 16,
+}
+IDLE_WINDOW_S = 10.0
+WORKER_ROLES = ("prefill-", "decode-")
+# (scenario, router) -> why the real engine differs from the stub, as measured.
+EXPLAINED: dict[tuple[str, str], str] = {}
+
+
+def scenario_for(scenario: Scenario, column: str) -> Scenario:
+    if column == "stubs":
+        return scenario
+    return on_vllm(scenario, column, max_tokens=LONG_STREAMS.get(scenario.name, 2))
+
+
+def signature(wedge: Wedge) -> str | None:
+    """Each component as the diagnosis saw it: ``decode-0 200 run 3 queue 0 kv 0 12.0 tok/s``."""
+    moment = wedge.last_diagnosis
+    if moment is None or moment.snapshot.observed is None:
+        return None
+    obs = moment.snapshot.observed
+    span = obs.taken_at - obs.before_at if obs.before_at else 0.0
+    parts = [f"router {_health(obs.health.get('router'))}"]
+    for name in [*obs.prefill, *obs.decode]:
+        now, before = obs.workers.get(name, {}), obs.workers_before.get(name, {})
+        gauges = " ".join(
+            f"{label} {now[key]:g}"
+            for label, key in (
+                ("run", "num_running_reqs"),
+                ("queue", "num_queue_reqs"),
+                ("kv", "num_decode_transfer_queue_reqs"),
+            )
+            if key in now
+        )
+        tokens = now.get("generation_tokens", 0.0) - before.get("generation_tokens", 0.0)
+        rate = f" {tokens / span:.1f} tok/s" if span > 0 and before else ""
+        parts.append(f"{name} {_health(obs.health.get(name))} {gauges}{rate}".rstrip())
+    return "; ".join(parts)
+
+
+def _health(said: str | None) -> str:
+    return "200" if said == "ok" else f"/health {said or 'unread'}"
+
+
+def run_cell(session: WedgeSession, scenario: Scenario) -> dict[str, Any]:
+    topology = session.topology(scenario.spec)
+    topology.reset()
+    wedge = Wedge(topology)
+    cell: dict[str, Any] = {"outcome": "passed", "reason": None}
+    started = time.monotonic()
+    diagnosis = None
+    try:
+        result = run_scenario(wedge, scenario)
+        diagnosis, check = result.diagnosis, result.check
+        if check is not None:
+            cell["cleared_by"] = "; ".join(check.cleared_by()) or None
+            cell["time_to_clear_s"] = check.time_to_clear_s
+    except ScenarioFailed as failed:
+        diagnosis = failed.diagnosis
+        cell |= {"outcome": "failed", "reason": str(failed).strip().splitlines()[0][:240]}
+    except Exception as exc:  # a cell that broke is a row of the table, not the end of it
+        cell |= {"outcome": "error", "reason": f"{type(exc).__name__}: {exc}"[:240]}
+    finally:
+        cell["lost"] = len(wedge.ledger.by_origin(ORIGIN).lost())
+        cell["signature"] = signature(wedge)
+        wedge.close()
+    if diagnosis is not None:
+        cell |= {"located_at": diagnosis.location, "confidence": diagnosis.confidence}
+    cell["seconds"] = round(time.monotonic() - started, 1)
+    return cell
+
+
+def idle_costs(session: WedgeSession) -> dict[str, Any]:
+    """PSS and CPU of the engines of the session's one running topology, idle (its last
+    scenario ended: nothing in flight)."""
+    groups: list[psutil.Process] = []
+    shapes = []
+    for topology in session.topologies.values():
+        shapes.append(f"{topology.spec.prefill}P{topology.spec.decode}D")
+        engines = [g for name, g in topology.pids().items() if name.startswith(WORKER_ROLES)]
+        for pgid in filter(None, engines):
+            groups += [p for p in psutil.process_iter() if _pgid(p) == pgid]
+    start = {p.pid: _cpu(p) for p in groups}
+    time.sleep(IDLE_WINDOW_S)  # a measuring window, not a wait for readiness
+    used = sum(_cpu(p) - start[p.pid] for p in groups)
+    pss = sum(_pss(p) for p in groups)
+    return {"idle_cpu_cores": used / IDLE_WINDOW_S, "pss_mb": pss / 2**20, "idle_shape": shapes}
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _cpu(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+        return float(times.user + times.system)
+    except psutil.Error:
+        return 0.0
+
+
+def _pss(process: psutil.Process) -> float:
+    try:
+        return float(process.memory_full_info().pss)
+    except psutil.Error:
+        return 0.0
+
+
+def run_column(column: str, scenarios: list[Scenario], out: Path) -> dict[str, Any]:
+    cells: dict[str, dict[str, Any]] = {}
+    shaped = [scenario_for(s, column) for s in scenarios]
+    # One bring-up per router and shape: scenarios sharing a spec run one after another, and
+    # the 1P+1D ones last, so that the idle costs are measured on a 1P+1D.
+    order = sorted(shaped, key=lambda s: (-(s.spec.prefill + s.spec.decode), repr(s.spec), s.name))
+    costs: dict[str, Any] = {}
+    ready_1p1d: list[float] = []
+    with WedgeSession(artifacts_dir=out / f"artifacts-{column}", ready_timeout_s=600.0) as session:
+        for scenario in order:
+            brought_up = len(session.bring_ups)
+            cells[scenario.name] = cell = run_cell(session, scenario)
+            print(f"# {column} {scenario.name}: {text(cell)}", flush=True)
+            if (
+                len(session.bring_ups) > brought_up
+                and scenario.spec.prefill + scenario.spec.decode == 2
+            ):
+                ready_1p1d.append(float(str(session.bring_ups[-1]["seconds"])))
+        if column in REAL:
+            costs = idle_costs(session)
+    return {"cells": cells, "ready_1p1d_s": ready_1p1d, **costs}
+
+
+def text(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "not run"
+    where = cell.get("located_at") or "-"
+    sure = f" ({cell['confidence']})" if cell.get("confidence") else ""
+    said = f"at {where}{sure}"
+    if cell.get("cleared_by") or cell.get("time_to_clear_s") is not None:
+        took = cell.get("time_to_clear_s")
+        said += f"; cleared by {cell.get('cleared_by') or '-'}" + (
+            f" in {took:.1f} s" if took is not None else ""
+        )
+    said += f"; lost {cell['lost']}"
+    if cell["outcome"] != "passed":
+        said = f"{cell['outcome']}: {cell['reason']}; {said}"
+    return said
+
+
+def differences(table: dict[str, dict[str, Any]], columns: list[str]) -> list[tuple[str, str]]:
+    """The real cells whose outcome or location differ from the stub cell."""
+    found = []
+    for name, row in table.items():
+        stub = row.get("stubs")
+        for column in (c for c in columns if c in REAL):
+            real = row.get(column)
+            if stub is None or real is None:
+                continue
+            same = (stub["outcome"], stub.get("located_at")) == (
+                real["outcome"],
+                real.get("located_at"),
+            )
+            if not same:
+                found.append((name, column))
+    return found
+
+
+def markdown(data: dict[str, Any]) -> str:
+    columns, table = data["columns"], data["scenarios"]
+    lines = [
+        "# Stub against engine",
+        "",
+        "| scenario | " + " | ".join(columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for name in sorted(table):
+        row = [text(table[name].get(c)).replace("|", "/") for c in columns]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", "## Metric signature while wedged", ""]
+    for name in sorted(table):
+        for c in columns:
+            sig = (table[name].get(c) or {}).get("signature")
+            if sig:
+                lines.append(f"- {name}, {c}: {sig}")
+    lines += ["", "## Differences", ""]
+    for name, column in data["differences"]:
+        why = EXPLAINED.get((name, column), "**not explained**")
+        lines.append(f"- {name}, {column}: {why}")
+    lines += ["", "## Stub only", ""]
+    lines += [f"- {name}: {'; '.join(why)}" for name, why in sorted(data["stub_only"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fidelity")
+    parser.add_argument("--scenarios", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--columns", default=",".join(COLUMNS))
+    parser.add_argument("--out", default=".wedge-artifacts/fidelity")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    columns = [c for c in args.columns.split(",") if c]
+    wanted = set(filter(None, args.scenarios.split(",")))
+    chosen = [s for s in catalog() if not wanted or s.name in wanted]
+    stub_only = {s.name: parts for s in chosen if (parts := stub_only_parts(s))}
+    runnable = [s for s in chosen if s.name not in stub_only]
+    out = Path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    table: dict[str, dict[str, Any]] = {s.name: {} for s in runnable}
+    figures: dict[str, Any] = {}
+    for column in columns:
+        ran = run_column(column, runnable, out)
+        for name, cell in ran.pop("cells").items():
+            table[name][column] = cell
+        figures[column] = ran
+    data = {
+        "columns": columns,
+        "scenarios": table,
+        "differences": differences(table, columns),
+        "stub_only": stub_only,
+        "figures": figures,
+        "engine": engine_cost(),
+    }
+    (out / "fidelity.json").write_text(json.dumps(data, indent=1, default=str))
+    (out / "fidelity.md").write_text(markdown(data))
+    print(markdown(data))
+    print(f"saved: {out / 'fidelity.md'}, {out / 'fidelity.json'}")
+    ready = [s for c in columns if c in REAL for s in figures[c]["ready_1p1d_s"]]
+    if ready:
+        report("real_1p1d_ready_s", statistics.median(ready), runs=ready, unit="s")
+    for c in (c for c in columns if c in REAL):
+        report(f"real_1p1d_idle_cpu_cores_{c}", figures[c]["idle_cpu_cores"])
+        report(f"real_1p1d_pss_mb_{c}", figures[c]["pss_mb"])
+    unexplained = [d for d in data["differences"] if d not in EXPLAINED]
+    broken_stubs = [
+        n for n, row in table.items() if row.get("stubs", {}).get("outcome") not in (None, "passed")
+    ]
+    for name, column in unexplained:
+        print(f"fidelity: {name} differs on {column} and EXPLAINED has no line for it")
+    for name in broken_stubs:
+        print(f"fidelity: {name} fails on the stubs")
+    return 1 if unexplained or broken_stubs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
