@@ -282,3 +282,16 @@ class LeakSlot(EngineFault):
     """Leak one request of this many (counted per fault, over matching requests)."""
     kind: ClassVar[str] = "leak_slot"
     roles: ClassVar[tuple[str, ...]] = ("decode",)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class FreezeEngineLoop(EngineFault):
+    """The worker's engine loop stops while its HTTP server runs on: ``/health`` answers 200,
+    ``/metrics`` shows the held requests where they stopped (running ones as running), and
+    each request stops at its next step: no admission, no prefill, no KV transfer started or
+    handed over, no token, no engine deadline. vLLM's EngineCore under SIGSTOP, on a stub
+    (``PauseEngineProcess`` applies this there). A revert resumes every held request where it
+    stopped. With ``origin``, only that origin's requests are held."""
+
+    kind: ClassVar[str] = "freeze_engine_loop"

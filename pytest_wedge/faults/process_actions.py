@@ -11,6 +11,7 @@ import psutil
 
 from pytest_wedge.errors import ConfigError
 from pytest_wedge.evidence.parse import process_state
+from pytest_wedge.faults.engine import FreezeEngineLoop
 from pytest_wedge.faults.fault import Fault, FaultNotApplied
 from pytest_wedge.faults.registry import register
 from pytest_wedge.runtime.interface import wait_stopped
@@ -261,7 +262,8 @@ def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psu
                 "process": process,
                 "processes": ", ".join(ENGINE_PROCESSES),
             },
-            fix="target a worker of kind 'vllm'; for a whole worker use Pause or Kill",
+            fix="target a worker of kind 'vllm' (or a stub, for engine-core or worker); for a "
+            "whole worker use Pause or Kill",
         )
     tree = _process_tree(topology.runtime.pid(fault.target))
     if process == "api-server":
@@ -284,18 +286,47 @@ def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psu
 class PauseEngineProcess(ComponentFault):
     """SIGSTOP of one process of a vLLM engine (``process``: ``api-server``, ``engine-core`` or
     ``worker``). With EngineCore or Worker stopped the API server still answers ``/health`` 200
-    and serves ``/metrics`` frozen while nothing is generated. Reverted by SIGCONT."""
+    and serves ``/metrics`` frozen while nothing is generated. Reverted by SIGCONT.
+
+    A stub worker is one process: there ``engine-core`` and ``worker`` freeze its engine loop
+    (``FreezeEngineLoop``, through its control API) with the same signs, and ``api-server`` is
+    refused."""
 
     process: str = "engine-core"
     """``api-server``, ``engine-core`` or ``worker``."""
 
+    def _stub_freeze(self, topology: Topology) -> FreezeEngineLoop | None:
+        """On a stub worker, the stub fault that stands for this one; None on any other."""
+        check_started_by_us([self.target], topology)
+        stub = self.target != "router" and topology.spec.worker(self.target).kind == "stub"
+        if not stub or self.process not in ENGINE_PROCESSES:
+            return None
+        if self.process == "api-server":
+            raise ConfigError(
+                f"PauseEngineProcess cannot stop the API server of {self.target} alone: a stub's "
+                "API server and engine are one process",
+                facts={"target": self.target, "its kind": "stub", "process": self.process},
+                fix="use Pause for the whole worker, or process='engine-core' to stop its "
+                "engine loop while its HTTP server answers",
+            )
+        freeze = FreezeEngineLoop(self.target)
+        # Named after this fault's instance: apply, verify and revert reach one stub fault.
+        object.__setattr__(freeze, "instance_id", self.instance_id)
+        return freeze
+
     def apply(self, topology: Topology) -> None:
+        if (freeze := self._stub_freeze(topology)) is not None:
+            freeze.apply(topology)
+            return
         for found in engine_processes(self, self.process, topology):
             found.suspend()
             # SIGSTOP acts when the kernel next schedules the process, as for a whole Pause.
             wait_stopped(f"{self.target} {self.process}", found.pid)
 
     def revert(self, topology: Topology) -> None:
+        if (freeze := self._stub_freeze(topology)) is not None:
+            freeze.revert(topology)
+            return
         for found in engine_processes(self, self.process, topology):
             found.resume()
 
@@ -303,6 +334,8 @@ class PauseEngineProcess(ComponentFault):
         return f"PauseEngineProcess on {self.target} ({self.process})"
 
     def verify(self, topology: Topology, applied_at: float) -> str | None:
+        if (freeze := self._stub_freeze(topology)) is not None:
+            return freeze.verify(topology, applied_at)
         statuses = _statuses(engine_processes(self, self.process, topology))
         if any(s != psutil.STATUS_STOPPED for s in statuses):
             raise FaultNotApplied(

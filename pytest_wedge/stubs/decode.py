@@ -152,9 +152,11 @@ async def handle(
                 await asyncio.sleep(itl)
             if not engine.scheduler_free.is_set():  # a call on the scheduler loop holds it
                 await until_released(entry, engine.scheduler_free.wait())
-            if i == stall_at:
-                # After the step's sleep: once the stall ends, the next token goes out at once.
-                await engine.stall(entry, "stall_after_tokens")
+            # After the step's sleep: once a stall ends, the next token goes out at once. Each
+            # token is a step of the engine loop, which a freeze_engine_loop holds too.
+            await engine.stall(
+                entry, "stall_after_tokens" if i == stall_at else "freeze_engine_loop"
+            )
             await reply.emit([word])
             engine.add_tokens(entry, 1)
             if i == 0:

@@ -31,6 +31,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "blocking_bootstrap_call": {"timeout_ms": 5000.0, "retries": 15},
     "timeout_skips_transferring": {},
     "leak_slot": {"every": None},
+    "freeze_engine_loop": {},
 }
 # Limits a listing shows only where they limit: an unlimited error_status reads as before.
 QUIET_AT_DEFAULT = frozenset({"first_n", "probability", "after_kv_taken", "delay_ms", "midway"})

@@ -203,14 +203,22 @@ class Engine:
         return removed
 
     async def stall(self, entry: Entry, kind: str) -> None:
-        """Hold ``entry`` while a ``kind`` fault matches its origin; a revert resumes it.
+        """Hold ``entry`` while a ``kind`` fault, or a ``freeze_engine_loop``, matches its
+        origin; a revert resumes it.
 
         SGLang's decode loop (``event_loop_normal_disagg_decode``) skips its step while the
         engine is paused and runs the batch again once ``Scheduler.continue_generation``
-        clears ``_engine_paused``; a paused ``in_place`` batch keeps its requests."""
+        clears ``_engine_paused``; a paused ``in_place`` batch keeps its requests. Each step of
+        a request passes here (the start of a decode's KV transfer, admission, prefill, a
+        prefill's KV hand-over, each token): a frozen engine loop holds every request at its
+        next step, as vLLM's EngineCore under SIGSTOP does while its API server answers."""
+        faults = self.faults
         await stall(
             entry,
-            lambda: self.faults.find(kind, entry.origin) is not None,
+            lambda: (
+                faults.find(kind, entry.origin) is not None
+                or faults.find("freeze_engine_loop", entry.origin) is not None
+            ),
             lambda: self._faults_changed,
         )
 
@@ -271,7 +279,8 @@ class Engine:
         pin, transfer = self.inflight_pin_s, self.transfer_timeout_s
         boot, idle = self.bootstrap_timeout_s, self.bootstrap_no_progress_s
         for entry in list(self.ledger.active):
-            if entry.release.is_set():
+            # The engine checks its deadlines on its own loop: a frozen one checks none.
+            if entry.release.is_set() or self.faults.find("freeze_engine_loop", entry.origin):
                 continue
             arrived, state = entry.t["arrived"], entry.state
             if pin is not None and state == "inflight" and now - entry.t["kv_ready"] > pin:

@@ -109,4 +109,5 @@ async def admit(engine: Engine, entry: Entry, running_state: str) -> None:
         await until_released(entry, engine.take_slot(entry))
     else:
         engine.mark_holding(entry)
+    await engine.stall(entry, "freeze_engine_loop")  # a frozen engine loop admits nothing
     engine.move(entry, running_state, "running")

@@ -191,6 +191,13 @@ MUTATIONS = {
         ScenarioFailed,
         "expected the wedge at decode-0, the diagnosis says none",
     ),
+    # A whole-worker Pause: /health stops answering too, and the liveness probe fires.
+    "engine-core-stopped-health-200": (
+        lambda s: fault_moved(s, Pause("decode-0")),
+        ScenarioFailed,
+        "expected kubelet probes of decode-0: liveness GET /health every 1 s (timeout 1 s, 2 "
+        "failures) -> restart decode-0 (readiness: out of the router's rotation) not to fire",
+    ),
     # The routers' default health check (every 60 s, 3 failures) does not notice in time.
     "router-health-check-removes-a-paused-decode-not-its-requests": (
         lambda s: dataclasses.replace(s, spec=dataclasses.replace(s.spec, router_args=())),

@@ -24,6 +24,7 @@ from pytest_wedge.faults import (
     FaultSet,
     Latency,
     Pause,
+    PauseEngineProcess,
     ScheduledFaultError,
     StallAfterTokens,
     register,
@@ -339,3 +340,54 @@ def test_revert_all_cancels_what_is_still_due() -> None:
     assert fault_set.revert_all() == []
     assert fault_set.wait_scheduled(timeout_s=10)
     assert topology.toxiproxy.held == {} and fault_set.active_faults() == []
+
+
+# -- PauseEngineProcess on a stub: its engine loop, through the control API ---------------------
+
+
+class _Stub:
+    def __init__(self) -> None:
+        self.active: dict[str, dict[str, Any]] = {}
+
+    def add_fault(self, fault: dict[str, Any]) -> None:
+        self.active[fault["name"]] = parse_fault(fault).to_json()
+
+    def remove_fault(self, name: str) -> None:
+        self.active.pop(name, None)
+
+    def faults(self) -> list[dict[str, Any]]:
+        return list(self.active.values())
+
+
+class _Running:
+    name = "process"
+
+    def state(self, name: str) -> str:
+        return "running"
+
+
+class _StubTopology(_Topology):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runtime = _Running()
+        self.decode = _Stub()
+
+    def stub(self, name: str) -> _Stub:
+        assert name == "decode-0"
+        return self.decode
+
+
+def test_pause_engine_process_on_a_stub_freezes_its_engine_loop_and_reverts_it() -> None:
+    topology = _StubTopology()
+    fault_set = FaultSet(topology)  # type: ignore[arg-type]
+    paused = fault_set.apply(PauseEngineProcess("decode-0", process="engine-core"))
+    assert [f["kind"] for f in topology.decode.faults()] == ["freeze_engine_loop"]
+    assert fault_set.windows[0].verified == "decode-0 reports freeze_engine_loop active"
+    fault_set.revert(paused)
+    assert topology.decode.faults() == []
+    with pytest.raises(ConfigError, match="a stub's API server and engine are one process") as e:
+        fault_set.apply(PauseEngineProcess("decode-0", process="api-server"))
+    assert "use Pause for the whole worker" in str(e.value)
+    with pytest.raises(ConfigError, match="acts on one process of a vllm worker"):
+        fault_set.apply(PauseEngineProcess("decode-0", process="scheduler"))
+    assert topology.decode.faults() == []

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from pytest_wedge.metrics_text import metric_value
 from pytest_wedge.stubs.config import StubConfig
 from pytest_wedge.stubs.engine_faults import parse_fault
 from pytest_wedge.stubs.engine_state import Engine
@@ -225,6 +226,104 @@ def test_reverting_a_prefill_stall_lets_the_prefill_and_its_decode_finish() -> N
             assert (await pre).status == 200
             [p_entry] = list(p_engine.ledger.entries)
             assert p_entry.state == "ok" and p_entry.t["running"] < removed_at(p_engine, "st")
+        for e in (p_engine, d_engine):
+            await e.stop()
+        for server in servers:
+            await server.close()
+
+    run(body)
+
+
+def test_a_frozen_engine_loop_holds_every_request_while_health_and_metrics_answer() -> None:
+    """freeze_engine_loop: running streams stop between tokens and a new request is not
+    admitted, while /health answers 200 and /metrics shows them as they are held (vLLM's
+    EngineCore under SIGSTOP). The revert lets all of them finish."""
+
+    async def body() -> None:
+        engine = Engine(StubConfig(role="decode", port=1, itl_ms=ITL_S * 1000))
+        engine.start()
+        server = await serve(engine)
+        url = str(server.make_url("/v1/chat/completions"))
+        async with ClientSession(str(server.make_url(""))) as s:
+            running = [asyncio.ensure_future(stream(s, url, chat(40))) for _ in range(2)]
+            await eventually(
+                lambda: [e.tokens >= 2 for e in held(engine, 2)()] == [True, True],
+                "two streams under way",
+            )
+            freeze = {"name": "fz", "kind": "freeze_engine_loop"}
+            assert (await s.post("/control/faults", json=freeze)).status == 200
+            late = asyncio.ensure_future(stream(s, url, chat(3, user="late")))
+            await eventually(lambda: engine.ledger.count("queued") == 1, "the late one queued")
+            # A measured window (not a wait for readiness): a running stream makes a token
+            # every ITL, so several ITLs without one show it held.
+            await asyncio.sleep(2 * ITL_S)
+            tokens = [e.tokens for e in held(engine, 2)()]
+            before = await (await s.get("/metrics")).text()
+            await asyncio.sleep(4 * ITL_S)
+            assert [e.tokens for e in held(engine, 2)()] == tokens and max(tokens) < 40
+            assert (await s.get("/health")).status == 200
+            metrics = await (await s.get("/metrics")).text()
+            assert metric_value(metrics, "sglang:num_running_reqs") == 2
+            assert metric_value(metrics, "sglang:num_queue_reqs") == 1
+            generated = "sglang:generation_tokens_total"
+            assert metric_value(metrics, generated) == metric_value(before, generated) > 0
+            state = await (await s.get("/control/state")).json()
+            assert state["states"] == {"running": 2, "queued": 1}
+            assert [f["kind"] for f in state["faults"]] == ["freeze_engine_loop"]
+            assert (await s.delete("/control/faults/fz")).status == 200
+            revert = removed_at(engine, "fz")
+            for status, arrivals in await asyncio.gather(*running, late):
+                assert status == 200 and len(arrivals) in (40, 3)
+            assert all(e.state == "ok" for e in engine.ledger.entries)
+            [late_entry] = [e for e in engine.ledger.entries if e.origin == "late"]
+            assert late_entry.t["running"] >= revert
+        await engine.stop()
+        await server.close()
+
+    run(body)
+
+
+def test_a_frozen_decode_never_fetches_the_kv_and_no_engine_deadline_fires() -> None:
+    """On a frozen decode a PD request waits in the preallocation queue: the prefill keeps its
+    KV, no transfer starts, and the decode's own transfer timeout stays quiet (it runs on
+    the frozen loop). The revert lets the transfer, and the stream, go."""
+
+    async def body() -> None:
+        p_engine = Engine(StubConfig(role="prefill", port=1, name="prefill-0"))
+        d_engine = Engine(
+            StubConfig(role="decode", port=2, name="decode-0", itl_ms=5, transfer_timeout_s=0.1)
+        )
+        servers = [
+            await serve(p_engine),
+            await serve(p_engine, bootstrap_app(p_engine)),
+            await serve(d_engine),
+        ]
+        for e in (p_engine, d_engine):
+            e.start()
+        d_engine.add_fault(parse_fault({"name": "fz", "kind": "freeze_engine_loop"}))
+        req = chat(3, bootstrap_room=7, bootstrap_host="127.0.0.1", bootstrap_port=servers[1].port)
+        async with ClientSession() as s:
+            pre = asyncio.ensure_future(
+                s.post(str(servers[0].make_url("/v1/chat/completions")), json=req)
+            )
+            dec = asyncio.ensure_future(
+                stream(s, str(servers[2].make_url("/v1/chat/completions")), req)
+            )
+            await eventually(
+                lambda: (
+                    p_engine.ledger.count("inflight") == 1
+                    and d_engine.ledger.count("prealloc") == 1
+                ),
+                "the prefill holding the KV and the decode frozen before its transfer",
+            )
+            # Past the decode's 0.1 s transfer timeout, measured: it must not fire.
+            await asyncio.sleep(0.3)
+            assert d_engine.ledger.count("prealloc") == 1 and not d_engine.firings
+            assert not p_engine.rooms[7].fetch_seen
+            d_engine.remove_fault("fz")
+            status, arrivals = await dec
+            assert status == 200 and len(arrivals) == 3
+            assert (await pre).status == 200
         for e in (p_engine, d_engine):
             await e.stop()
         for server in servers:
