@@ -14,7 +14,7 @@ CATALOG = {s.name: s for s in catalog()}
 def test_stub_engine_faults_and_stub_deadlines_are_named_as_stub_only() -> None:
     assert stub_only_parts(CATALOG["stray-requester-masks-router-wedge"]) == []
     [fault] = stub_only_parts(CATALOG["half-open-decode-stream"])
-    assert "StallAfterTokens on decode-0 is a stub engine fault" == fault
+    assert fault == "StallAfterTokens on decode-0 is a stub engine fault"
     [deadline] = stub_only_parts(CATALOG["kv-transfer-blackhole"])
     assert "stub's own deadline" in deadline
 
