@@ -102,7 +102,8 @@ def run_cell(session: WedgeSession, scenario: Scenario) -> dict[str, Any]:
             cell["time_to_clear_s"] = check.time_to_clear_s
     except ScenarioFailed as failed:
         diagnosis = failed.diagnosis
-        cell |= {"outcome": "failed", "reason": str(failed).strip().splitlines()[0][:240]}
+        said = str(failed).strip()
+        cell |= {"outcome": "failed", "reason": said.splitlines()[0][:240], "detail": said[:1500]}
     except Exception as exc:  # a cell that broke is a row of the table, not the end of it
         cell |= {"outcome": "error", "reason": f"{type(exc).__name__}: {exc}"[:240]}
     finally:

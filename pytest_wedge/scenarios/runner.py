@@ -27,6 +27,7 @@ from pytest_wedge.watchdogs.clearing import ClearCheck, NotClearedError
 ORIGIN = "harness"
 POLL_S = 0.02
 DIAGNOSE_WITHIN_S = 60.0
+WARMUP_TOKENS = 16
 
 
 class ScenarioFailed(WedgeError, AssertionError):
@@ -130,7 +131,11 @@ def _fail(
 def _warm_up(wedge: Wedge, scenario: Scenario) -> None:
     if scenario.warmup_requests <= 0:
         return
-    warm = wedge.harness(agents=scenario.warmup_requests, rounds=1, origin="warmup")
+    # Requests the size of the scenario's own: on a real CPU engine 16 tokens took 2-8 s.
+    tokens = int(scenario.harness.get("max_tokens", WARMUP_TOKENS))
+    warm = wedge.harness(
+        agents=scenario.warmup_requests, rounds=1, origin="warmup", max_tokens=tokens
+    )
     states = (warm.wait(15), wedge.ledger.by_origin("warmup").states())
     if not states[0] or states[1]["ok"] != scenario.warmup_requests:
         raise _fail(

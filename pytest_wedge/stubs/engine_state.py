@@ -191,6 +191,12 @@ class Engine:
         changed, self._faults_changed = self._faults_changed, asyncio.Event()
         changed.set()  # wakes every stalled request to re-check its stall
 
+    async def until_loop_runs(self) -> None:
+        """Wait while a ``freeze_engine_loop`` holds the engine loop (for work with no request
+        of its own, such as ``/health_generate``'s one token)."""
+        while self.faults.find("freeze_engine_loop", "health_generate") is not None:
+            await self._faults_changed.wait()
+
     def add_fault(self, fault: StubFault) -> None:
         self.faults.add(fault)
         self.fault_events.append({"event": "added", "at": time.time(), **fault.to_json()})

@@ -94,6 +94,7 @@ async def health_generate(request: web.Request) -> web.Response:
         for pool in [*pools, engine.slots]:
             await pool.acquire()  # a caller that gives up cancels the wait and takes nothing
             held.append(pool)
+        await engine.until_loop_runs()  # SGLang's scheduler makes that token: stopped, none
         await asyncio.sleep(engine.config.itl_ms / 1000.0)
     finally:
         for pool in held:

@@ -262,6 +262,10 @@ def test_a_frozen_engine_loop_holds_every_request_while_health_and_metrics_answe
             await asyncio.sleep(4 * ITL_S)
             assert [e.tokens for e in held(engine, 2)()] == tokens and max(tokens) < 40
             assert (await s.get("/health")).status == 200
+            # /health_generate needs a token of the engine loop: it answers only after.
+            probe = asyncio.ensure_future(s.get(str(server.make_url("/health_generate"))))
+            await asyncio.sleep(4 * ITL_S)  # a measured window, as above
+            assert not probe.done()
             metrics = await (await s.get("/metrics")).text()
             assert metric_value(metrics, "sglang:num_running_reqs") == 2
             assert metric_value(metrics, "sglang:num_queue_reqs") == 1
@@ -274,6 +278,7 @@ def test_a_frozen_engine_loop_holds_every_request_while_health_and_metrics_answe
             revert = removed_at(engine, "fz")
             for status, arrivals in await asyncio.gather(*running, late):
                 assert status == 200 and len(arrivals) in (40, 3)
+            assert (await probe).status == 200
             assert all(e.state == "ok" for e in engine.ledger.entries)
             [late_entry] = [e for e in engine.ledger.entries if e.origin == "late"]
             assert late_entry.t["running"] >= revert
