@@ -244,8 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="", help="comma-separated names (default: all)")
     parser.add_argument("--columns", default=",".join(COLUMNS))
     parser.add_argument("--out", default=".wedge-artifacts/fidelity")
+    parser.add_argument(
+        "--add-to",
+        default="",
+        help="an earlier run's fidelity.json: its columns are kept, these are run and added "
+        "(a real column takes about 15 minutes)",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     columns = [c for c in args.columns.split(",") if c]
+    earlier: dict[str, Any] = json.loads(Path(args.add_to).read_text()) if args.add_to else {}
     wanted = set(filter(None, args.scenarios.split(",")))
     chosen = [s for s in catalog() if not wanted or s.name in wanted]
     stub_only = {s.name: parts for s in chosen if (parts := stub_only_parts(s))}
@@ -253,12 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     table: dict[str, dict[str, Any]] = {s.name: {} for s in runnable}
-    figures: dict[str, Any] = {}
+    for name, row in earlier.get("scenarios", {}).items():
+        table.setdefault(name, {}).update(row)
+    figures: dict[str, Any] = dict(earlier.get("figures", {}))
     for column in columns:
         ran = run_column(column, runnable, out)
         for name, cell in ran.pop("cells").items():
             table[name][column] = cell
         figures[column] = ran
+    columns = [c for c in COLUMNS if c in columns or c in earlier.get("columns", [])]
     data = {
         "columns": columns,
         "scenarios": table,
