@@ -79,6 +79,8 @@ def signature(wedge: Wedge) -> str | None:
         )
         tokens = now.get("generation_tokens", 0.0) - before.get("generation_tokens", 0.0)
         rate = f" {tokens / span:.1f} tok/s" if span > 0 and before else ""
+        if tokens < 0:  # the counter started again: the engine restarted in between
+            rate = " restarted"
         parts.append(f"{name} {_health(obs.health.get(name))} {gauges}{rate}".rstrip())
     return "; ".join(parts)
 
@@ -128,7 +130,8 @@ def idle_costs(session: WedgeSession) -> dict[str, Any]:
             groups += [p for p in psutil.process_iter() if _pgid(p) == pgid]
     start = {p.pid: _cpu(p) for p in groups}
     time.sleep(IDLE_WINDOW_S)  # a measuring window, not a wait for readiness
-    used = sum(_cpu(p) - start[p.pid] for p in groups)
+    # A process gone in the window (an engine restarting after its last scenario) reads 0.
+    used = sum(max(0.0, _cpu(p) - start[p.pid]) for p in groups if p.is_running())
     pss = sum(_pss(p) for p in groups)
     return {"idle_cpu_cores": used / IDLE_WINDOW_S, "pss_mb": pss / 2**20, "idle_shape": shapes}
 

@@ -131,8 +131,8 @@ def _fail(
 def _warm_up(wedge: Wedge, scenario: Scenario) -> None:
     if scenario.warmup_requests <= 0:
         return
-    # Requests the size of the scenario's own: on a real CPU engine 16 tokens took 2-8 s.
-    tokens = int(scenario.harness.get("max_tokens", WARMUP_TOKENS))
+    # No larger than the scenario's own requests: on a real CPU engine 16 tokens took 2-8 s.
+    tokens = min(int(scenario.harness.get("max_tokens", WARMUP_TOKENS)), WARMUP_TOKENS)
     warm = wedge.harness(
         agents=scenario.warmup_requests, rounds=1, origin="warmup", max_tokens=tokens
     )
