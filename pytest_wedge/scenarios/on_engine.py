@@ -42,8 +42,9 @@ def stub_only_parts(scenario: Scenario) -> list[str]:
 
 def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario:
     """``scenario`` behind ``router`` (its per-router overrides applied) on real vLLM engines.
-    The stub options go, but the model name: they shape the stubs' behaviour, which the engine
-    has its own of, and one bring-up then serves every scenario of the same router and shape.
+    The stub options go, but the model name and the protocol (which follows the router): they
+    shape the stubs' behaviour, which the engine has its own of, and one bring-up then serves
+    every scenario of the same router and shape.
     ``max_tokens`` caps each request (2 keeps a round of 4 agents within a second or two; a
     scenario about long streams needs more)."""
     on_router: Scenario = for_router(scenario, router)
@@ -64,7 +65,7 @@ def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario
     )
     spec = dataclasses.replace(
         on_router.spec,
-        stub=StubOptions(model=on_router.spec.stub.model),
+        stub=StubOptions(model=on_router.spec.stub.model, protocol=on_router.spec.stub.protocol),
         prefill_worker=VLLM,
         decode_worker=VLLM,
     )

@@ -22,7 +22,7 @@ def test_stub_engine_faults_and_stub_deadlines_are_named_as_stub_only() -> None:
 def test_the_load_is_scaled_to_a_cpu_engine_and_the_workers_are_real() -> None:
     seed = on_vllm(CATALOG["stray-requester-masks-router-wedge"], "vllm-router")
     assert seed.spec.prefill_worker.kind == seed.spec.decode_worker.kind == "vllm"
-    assert seed.spec.router.kind == "vllm-router"
+    assert seed.spec.router.kind == "vllm-router" and seed.spec.worker_protocol == "vllm"
     assert seed.harness["agents"] == AGENTS and seed.harness["max_tokens"] == 2
     assert all(s["rate_per_s"] == 0.5 for s in seed.strays)
     # Two rounds, each within the client's 20 s deadline, and 10 s to spare.
