@@ -233,11 +233,11 @@ def mismatch(d: Draw, oracle: str) -> str | None:
     return f"wedged elsewhere (documented: {why})" if why else "oracle wrong"
 
 
-def _shows(wedge: Wedge, since: float) -> bool:
+def _shows(wedge: Wedge, since: float, overdue_s: float = OVERDUE_S) -> bool:
     now = time.time()
     return any(
-        r.overdue(OVERDUE_S, now)
-        or r.held_by_client(OVERDUE_S, now)
+        r.overdue(overdue_s, now)
+        or r.held_by_client(overdue_s, now)
         or (r.state in ("error", "timeout", "unknown") and (r.finished or 0) >= since)
         for r in wedge.ledger.by_origin("harness")
     )
