@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import report
-from bench.wedges import _reset, _shows, wilson
+from bench.wedges import one_draw, wedge_shows, wilson
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.faults import (
     Down,
@@ -47,7 +47,7 @@ from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.scenarios.on_engine import AGENTS, CLIENT_DEADLINE_S, VLLM
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.session import WedgeSession
-from pytest_wedge.waiting import wait_for
+from pytest_wedge.waiting import poll, wait_for
 
 # A healthy request of 2 tokens took up to about 2 s on two loaded cores (16 tokens 2-8 s): the
 # stubs' 1 s would call healthy requests overdue.
@@ -122,46 +122,29 @@ def spec_for(router: str) -> TopologySpec:
 
 
 def run_draw(session: WedgeSession, spec: TopologySpec, d: RealDraw) -> dict[str, Any]:
-    topology = session.topology(spec)
     row: dict[str, Any] = asdict(d)
-    try:
-        _reset(topology)
-    except Exception as exc:
-        row["error"] = f"reset: {type(exc).__name__}: {exc}"[:300]
-        return row
-    wedge = Wedge(topology)
-    try:
-        harness = wedge.harness(
-            agents=AGENTS, rounds=1000, max_tokens=2, client_timeout_s=CLIENT_DEADLINE_S
-        )
-        wait_for(lambda: harness.progress() >= 4, timeout_s=60, what="a healthy start")
-        time.sleep(d.onset_s)  # the random onset, not a wait for readiness
-        wedge.apply(make_fault(d))
-        started = wedge.faults.windows[-1].started
-        try:
-            wait_for(
-                lambda: _shows(wedge, started, OVERDUE_S), timeout_s=SHOW_WITHIN_S, what="the wedge"
-            )
-            row["showed"] = True
-        except Exception:
-            row["showed"] = False
-        t0 = time.perf_counter()
-        blind = diagnose(wedge, "harness", OVERDUE_S, oracle=False)
-        row["latency_s"] = round(time.perf_counter() - t0, 4)
-        row |= {
-            "blind": blind.location,
-            "confidence": blind.confidence,
-            "evidence": blind.evidence[:3],
-        }
-    except Exception as exc:  # a draw that cannot run is recorded, not fatal
-        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        try:
-            wedge.faults.revert_all()
-            wedge.close()
-        except Exception as exc:
-            row.setdefault("error", f"close: {type(exc).__name__}: {exc}"[:300])
+    with one_draw(session.topology(spec), row) as wedge:
+        if wedge is not None:
+            _draw(wedge, d, row)
     return row
+
+
+def _draw(wedge: Wedge, d: RealDraw, row: dict[str, Any]) -> None:
+    harness = wedge.harness(
+        agents=AGENTS, rounds=1000, max_tokens=2, client_timeout_s=CLIENT_DEADLINE_S
+    )
+    wait_for(lambda: harness.progress() >= 4, timeout_s=60, what="a healthy start")
+    time.sleep(d.onset_s)  # the random onset, not a wait for readiness
+    wedge.apply(make_fault(d))
+    started = wedge.faults.windows[-1].started
+    shows = poll(
+        lambda: wedge_shows(wedge, started, OVERDUE_S), timeout_s=SHOW_WITHIN_S, interval_s=0.1
+    )
+    row["showed"] = shows.met
+    t0 = time.perf_counter()
+    blind = diagnose(wedge, "harness", OVERDUE_S, oracle=False)
+    row["latency_s"] = round(time.perf_counter() - t0, 4)
+    row |= {"blind": blind.location, "confidence": blind.confidence, "evidence": blind.evidence[:3]}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:

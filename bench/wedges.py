@@ -27,6 +27,7 @@ resets it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -35,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -233,7 +235,8 @@ def mismatch(d: Draw, oracle: str) -> str | None:
     return f"wedged elsewhere (documented: {why})" if why else "oracle wrong"
 
 
-def _shows(wedge: Wedge, since: float, overdue_s: float = OVERDUE_S) -> bool:
+def wedge_shows(wedge: Wedge, since: float, overdue_s: float = OVERDUE_S) -> bool:
+    """A harness request is overdue (or held by its pool), or one failed since ``since``."""
     now = time.time()
     return any(
         r.overdue(overdue_s, now)
@@ -264,13 +267,13 @@ def _wait_for_the_wedge(wedge: Wedge, d: Draw, started: float) -> bool:
                 what="the transfer wedge",
             )
         else:
-            wait_for(lambda: _shows(wedge, started), timeout_s=SHOW_WITHIN_S, what="the wedge")
+            wait_for(lambda: wedge_shows(wedge, started), timeout_s=SHOW_WITHIN_S, what="the wedge")
         return True
     except Exception:
         return False
 
 
-def _reset(topology: Any) -> None:
+def reset_topology(topology: Any) -> None:
     # Toxiproxy's API can stall removing a toxic under traffic (Shopify/toxiproxy#412): the
     # loads are stopped by then, so a second try a moment later goes through.
     for attempt in range(3):
@@ -281,6 +284,32 @@ def _reset(topology: Any) -> None:
             if attempt == 2:
                 raise
             time.sleep(2.0)
+
+
+@contextlib.contextmanager
+def one_draw(topology: Any, row: dict[str, Any]) -> Iterator[Wedge | None]:
+    """A fresh :class:`Wedge` on ``topology`` for one draw (None when the reset failed). What
+    fails in the draw, its reset or its close is kept in ``row["error"]``, never raised: a
+    draw that cannot run is recorded, not fatal."""
+    try:
+        reset_topology(topology)
+    except Exception as exc:
+        row["error"] = f"reset: {type(exc).__name__}: {exc}"[:300]
+        yield None
+        return
+    wedge = Wedge(topology)
+    try:
+        yield wedge
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        try:
+            # Faults first: Toxiproxy stalls its API for a minute removing a latency toxic
+            # whose connections were closed under it (it flushes the held chunks one by one).
+            wedge.faults.revert_all()
+            wedge.close()
+        except Exception as exc:
+            row.setdefault("error", f"close: {type(exc).__name__}: {exc}"[:300])
 
 
 def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault]) -> dict[str, Any]:
@@ -313,64 +342,54 @@ def run_draw(session: WedgeSession, d: Draw) -> dict[str, Any]:
     spec = SHAPES[d.shape]
     topology = session.topology(spec)
     row: dict[str, Any] = asdict(d)
-    try:
-        _reset(topology)
-    except Exception as exc:
-        row["error"] = f"reset: {type(exc).__name__}: {exc}"[:300]
-        return row
-    wedge = Wedge(topology)
-    try:
-        if d.stray:
-            wedge.stray(d.stray, rate_per_s=5)
-        harness = _harness(wedge)
-        wait_for(lambda: harness.progress() >= 10, timeout_s=15, what="a healthy start")
-        time.sleep(d.onset_s)
-        if d.fault == "DecodeOnlyRestart":
-            # The incident: the decode restarts between the harness's requests, so nothing it
-            # drops opens the router's breakers, and the wedge is the new requests' transfers.
-            harness.stop()
-            wedge.apply(make_fault(d))
-            _harness(wedge)
-        else:
-            wedge.apply(make_fault(d))
-        row["showed"] = _wait_for_the_wedge(wedge, d, wedge.faults.windows[-1].started)
-        # The blind diagnosis gets nothing of the ground truth: no fault window, no oracle.
-        t0 = time.perf_counter()
-        blind = diagnose(wedge, "harness", OVERDUE_S, oracle=False)
-        row["latency_s"] = round(time.perf_counter() - t0, 4)
-        row |= {
-            "blind": blind.location,
-            "confidence": blind.confidence,
-            "decided_by": blind.decided_by[:3],
-            "in_flight": sum(1 for r in wedge.ledger.records if r.state == "pending"),
-        }
-        # The oracle, apart: the stub ledgers and the injected faults, read right after.
-        truth = collect(topology, wedge.ledger, truth=True)
-        if truth.ledgerless or not truth.components or not truth.ledgers:
-            row["unscored"] = "the ground truth could not be read (no ledgers or states)"
-        else:
-            faults = injected_faults(wedge.faults.windows)
-            # Judged at the blind's moment: a request 0.8 s old then may be overdue by now.
-            oracle = locate(truth, "harness", OVERDUE_S, faults=faults, at=blind.taken_at)
-            row["oracle"] = oracle.location
-            row["mismatch"] = mismatch(d, oracle.location)
-            if oracle.location != blind.location:
-                # What the blind locator saw of the client, to tell a moment gap from a rule.
-                row["blind_evidence"] = blind.evidence[:3]
-            if row["mismatch"] == "oracle wrong":  # kept: it becomes a case of test_oracle.py
-                row["oracle_evidence"] = oracle.evidence[:8]
-                row["fixture"] = oracle_case(d, truth, faults)
-    except Exception as exc:  # a draw that cannot run is recorded, not fatal
-        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        try:
-            # Faults first: Toxiproxy stalls its API for a minute removing a latency toxic
-            # whose connections were closed under it (it flushes the held chunks one by one).
-            wedge.faults.revert_all()
-            wedge.close()
-        except Exception as exc:
-            row.setdefault("error", f"close: {type(exc).__name__}: {exc}"[:300])
+    with one_draw(topology, row) as wedge:
+        if wedge is not None:
+            _draw(wedge, topology, d, row)
     return row
+
+
+def _draw(wedge: Wedge, topology: Any, d: Draw, row: dict[str, Any]) -> None:
+    """One draw on a fresh ``wedge``: the fault, the blind diagnosis, then the oracle."""
+    if d.stray:
+        wedge.stray(d.stray, rate_per_s=5)
+    harness = _harness(wedge)
+    wait_for(lambda: harness.progress() >= 10, timeout_s=15, what="a healthy start")
+    time.sleep(d.onset_s)
+    if d.fault == "DecodeOnlyRestart":
+        # The incident: the decode restarts between the harness's requests, so nothing it
+        # drops opens the router's breakers, and the wedge is the new requests' transfers.
+        harness.stop()
+        wedge.apply(make_fault(d))
+        _harness(wedge)
+    else:
+        wedge.apply(make_fault(d))
+    row["showed"] = _wait_for_the_wedge(wedge, d, wedge.faults.windows[-1].started)
+    # The blind diagnosis gets nothing of the ground truth: no fault window, no oracle.
+    t0 = time.perf_counter()
+    blind = diagnose(wedge, "harness", OVERDUE_S, oracle=False)
+    row["latency_s"] = round(time.perf_counter() - t0, 4)
+    row |= {
+        "blind": blind.location,
+        "confidence": blind.confidence,
+        "decided_by": blind.decided_by[:3],
+        "in_flight": sum(1 for r in wedge.ledger.records if r.state == "pending"),
+    }
+    # The oracle, apart: the stub ledgers and the injected faults, read right after.
+    truth = collect(topology, wedge.ledger, truth=True)
+    if truth.ledgerless or not truth.components or not truth.ledgers:
+        row["unscored"] = "the ground truth could not be read (no ledgers or states)"
+    else:
+        faults = injected_faults(wedge.faults.windows)
+        # Judged at the blind's moment: a request 0.8 s old then may be overdue by now.
+        oracle = locate(truth, "harness", OVERDUE_S, faults=faults, at=blind.taken_at)
+        row["oracle"] = oracle.location
+        row["mismatch"] = mismatch(d, oracle.location)
+        if oracle.location != blind.location:
+            # What the blind locator saw of the client, to tell a moment gap from a rule.
+            row["blind_evidence"] = blind.evidence[:3]
+        if row["mismatch"] == "oracle wrong":  # kept: it becomes a case of test_oracle.py
+            row["oracle_evidence"] = oracle.evidence[:8]
+            row["fixture"] = oracle_case(d, truth, faults)
 
 
 def latency_1000_in_flight(session: WedgeSession, runs: int = 5) -> list[float]:
