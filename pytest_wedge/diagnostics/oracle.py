@@ -239,11 +239,12 @@ def wedged_requests(
 
 def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
     """A client ledger record as it was at ``at``: None if not created yet; still pending,
-    without the stamps of later steps, if it ended later."""
+    without the stamps of later steps (a first byte, a send), if it had not ended by then,
+    whether it ended later or is pending still."""
     if float(record.get("created") or 0.0) > at:
         return None
     finished = record.get("finished")
-    if finished is None or float(finished) <= at:
+    if finished is not None and float(finished) <= at:
         return record
     then = {
         k: v

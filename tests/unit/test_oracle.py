@@ -7,19 +7,20 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from test_diagnostics_locator import NOW, record
 
 from pytest_wedge.diagnostics.oracle import (
     InjectedFault,
+    client_as_of,
     elsewhere,
     injected_faults,
     locate,
     wedged_requests,
 )
-from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.evidence.observed import ClientRecord, Observed
 from pytest_wedge.evidence.snapshot import Snapshot
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
@@ -299,6 +300,13 @@ def test_judged_at_an_earlier_moment_the_ledgers_read_since_are_read_as_of_it() 
     assert (then.location, then.total) == ("none", 2), then.render()
     later = locate(snapshot(client, ledgers), faults=faults, at=NOW - 0.3, overdue_after_s=0.5)
     assert (later.location, later.wedged) == ("prefill-0", 2), later.render()
+
+
+def test_a_request_still_pending_is_read_without_the_steps_it_took_after_the_moment() -> None:
+    pending = {**request(0, age=1.0), "first_byte": NOW - 0.1}
+    then = client_as_of(cast(ClientRecord, pending), NOW - 0.3)
+    assert then is not None and "first_byte" not in then and then["state"] == "pending"
+    assert then["sent"] == pending["sent"]
 
 
 # -- draws the bench found the oracle wrong on, recorded ---------------------------------------
