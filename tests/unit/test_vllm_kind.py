@@ -3,9 +3,12 @@ environment, rendered without an engine (tests/integration/test_real_vllm.py run
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from pytest_wedge.errors import ConfigError
+from pytest_wedge.evidence.read_public import observed_jobs
 from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.routers.vllm_engine import EngineInstall
 from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
@@ -83,3 +86,29 @@ def test_what_the_kind_refuses_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match="a vllm peer serving the same model"):
         with_engine(mixed, EXE)
     assert with_engine(TopologySpec(), EXE) is EXE  # stubs: nothing is installed
+
+
+@pytest.mark.parametrize("engines", ["vllm", "stub"])
+def test_a_real_engine_gets_a_probes_second_to_answer_and_stubs_keep_the_short_read(
+    engines: str,
+) -> None:
+    """A loaded real engine answered /health and /metrics in over 0.2 s: a slow read there
+    must not look like a hung engine. The router's reads stay short either way."""
+    spec = real() if engines == "vllm" else TopologySpec(prefill=1, decode=1)
+    links = {
+        name: SimpleNamespace(listen=f"127.0.0.1:{30000 + i}")
+        for i, name in enumerate(spec.link_names())
+    }
+    topology = SimpleNamespace(
+        spec=spec,
+        router_url="http://127.0.0.1:1",
+        router_metrics_url="http://127.0.0.1:2/metrics",
+        worker_url=lambda name: f"http://127.0.0.1:3/{name}",
+        plan=None,
+        links=links,
+    )
+    _, timeouts = observed_jobs(topology, 0.2)  # type: ignore[arg-type]
+    worker_s = 1.0 if engines == "vllm" else 0.2
+    assert timeouts["decode-0 metrics"] == timeouts["prefill-0 health"] == worker_s
+    assert timeouts["via router->decode-0 health"] == worker_s
+    assert timeouts["router health"] == timeouts["via client->router health"] == 0.2
