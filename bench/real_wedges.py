@@ -4,7 +4,9 @@
 A real engine keeps no ledger, so there is no oracle: a draw is scored when its harness showed
 the wedge (a request overdue, 5 s here, or failed since the fault), against the injected hop;
 a draw that never showed is a ``none`` draw, counted apart, where any verdict but ``none`` said
-``certain`` is certain-and-wrong. Failed draws count as failures and ``unknown`` is never right, as in
+``certain`` is certain-and-wrong. A draw whose harness showed a wedge before its fault is a
+failed draw: nothing it shows after could be blamed on the fault. Failed draws count as
+failures and ``unknown`` is never right, as in
 ``bench.wedges``. The faults: every network fault on every proxied link, ``Pause`` of each
 component, ``Kill`` of each engine, and ``PauseEngineProcess`` (the EngineCore or the Worker
 of one engine). On ``decode-0->prefill-0`` a fault reaches the NIXL handshake only, which the
@@ -133,8 +135,15 @@ def _draw(wedge: Wedge, d: RealDraw, row: dict[str, Any]) -> None:
     harness = wedge.harness(
         agents=AGENTS, rounds=1000, max_tokens=2, client_timeout_s=CLIENT_DEADLINE_S
     )
+    began = time.time()
     wait_for(lambda: harness.progress() >= 4, timeout_s=60, what="a healthy start")
     time.sleep(d.onset_s)  # the random onset, not a wait for readiness
+    if wedge_shows(wedge, began, OVERDUE_S):
+        # Whatever shows after the fault could not be told from what showed before it.
+        raise RuntimeError(
+            f"the engines were slow before any fault: a harness request overdue {OVERDUE_S:g} s "
+            "or failed with no fault applied"
+        )
     wedge.apply(make_fault(d))
     started = wedge.faults.windows[-1].started
     shows = poll(
