@@ -46,6 +46,12 @@ def addresses(topology: Topology) -> dict[str, str]:
     return out
 
 
+def _zmq_side_channel(topology: Topology, worker: str) -> bool:
+    """A real vLLM engine's side channel is NIXL's ZMQ socket, not HTTP: a /health asked there
+    never answers, and its silence would read as a broken transfer link."""
+    return topology.spec.worker(worker).kind == "vllm"
+
+
 def router_worker_names(topology: Topology) -> dict[str, str]:
     """smg labels workers by the URL it was given: the listen side of router->X."""
     return {
@@ -125,7 +131,7 @@ def observed_jobs(
             add(f"{name} metrics", partial(get, addr[name] + "/metrics", worker_s), worker_s)
         if extras:
             add(f"{name} health", partial(_health, addr[name] + "/health", worker_s), worker_s)
-            if f"{name} bootstrap" in addr:
+            if f"{name} bootstrap" in addr and not _zmq_side_channel(topology, name):
                 url = addr[f"{name} bootstrap"] + "/health"
                 add(f"{name} bootstrap health", partial(_health, url, worker_s), worker_s)
     if slow:
@@ -135,7 +141,10 @@ def observed_jobs(
     if extras:
         # The same /health through each link, as the traffic goes: a link that does not carry
         # it while its far end answers directly is a broken path, seen without its config.
-        for link in topology.links:
+        for link, running in topology.links.items():
+            transfer = not link.startswith(("client->", "router->"))
+            if transfer and _zmq_side_channel(topology, running.spec.target):
+                continue
             far_s = timeout_s if link.endswith("->router") else worker_s
             add(f"via {link} health", partial(_health, addr[link] + "/health", far_s), far_s)
         add("router health", partial(_health, addr["router"] + "/health", timeout_s), timeout_s)

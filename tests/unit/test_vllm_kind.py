@@ -96,15 +96,15 @@ def test_a_real_engine_gets_a_probes_second_to_answer_and_stubs_keep_the_short_r
     must not look like a hung engine. The router's reads stay short either way."""
     spec = real() if engines == "vllm" else TopologySpec(prefill=1, decode=1)
     links = {
-        name: SimpleNamespace(listen=f"127.0.0.1:{30000 + i}")
-        for i, name in enumerate(spec.link_names())
+        link.name: SimpleNamespace(listen=f"127.0.0.1:{30000 + i}", spec=link)
+        for i, link in enumerate(spec.links(PortPlan.sequential(spec, 1)))
     }
     topology = SimpleNamespace(
         spec=spec,
         router_url="http://127.0.0.1:1",
         router_metrics_url="http://127.0.0.1:2/metrics",
         worker_url=lambda name: f"http://127.0.0.1:3/{name}",
-        plan=None,
+        plan=PortPlan(http={}, bootstrap={"prefill-0": 4, "decode-0": 5}, router_metrics=2),
         links=links,
     )
     _, timeouts = observed_jobs(topology, 0.2)  # type: ignore[arg-type]
@@ -112,3 +112,7 @@ def test_a_real_engine_gets_a_probes_second_to_answer_and_stubs_keep_the_short_r
     assert timeouts["decode-0 metrics"] == timeouts["prefill-0 health"] == worker_s
     assert timeouts["via router->decode-0 health"] == worker_s
     assert timeouts["router health"] == timeouts["via client->router health"] == 0.2
+    # NIXL's side channel is a ZMQ socket: a /health asked there, directly or through its
+    # link, would never answer, and that silence would read as a broken transfer link.
+    side_channel = ["prefill-0 bootstrap health", "via decode-0->prefill-0 health"]
+    assert all((key in timeouts) == (engines == "stub") for key in side_channel)
