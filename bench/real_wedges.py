@@ -46,14 +46,11 @@ from pytest_wedge.faults import (
 )
 from pytest_wedge.handle import Wedge
 from pytest_wedge.routers.router_spec import RouterSpec
-from pytest_wedge.scenarios.on_engine import AGENTS, CLIENT_DEADLINE_S, VLLM
+from pytest_wedge.scenarios.on_engine import AGENTS, CLIENT_DEADLINE_S, OVERDUE_S, VLLM
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.session import WedgeSession
 from pytest_wedge.waiting import poll, wait_for
 
-# A healthy request of 2 tokens took up to about 2 s on two loaded cores (16 tokens 2-8 s): the
-# stubs' 1 s would call healthy requests overdue.
-OVERDUE_S = 5.0
 SHOW_WITHIN_S = 10.0
 LINKS = ["client->router", "router->prefill-0", "router->decode-0", "decode-0->prefill-0"]
 ENGINES = ["prefill-0", "decode-0"]

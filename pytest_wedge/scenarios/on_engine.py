@@ -23,6 +23,9 @@ STRAY_TOKENS = 4
 # The client's deadline: vLLM 0.32's decode was seen keeping a request deferred after its KV
 # had arrived (docs/testing-on-a-real-engine.md); such requests end as timeouts, not unfinished.
 CLIENT_DEADLINE_S = 20.0
+# A healthy 2-token request took up to about 2 s on two loaded cores (16 tokens 2-8 s): the
+# stubs' 1 s would call healthy requests overdue, and locate whatever held them at that moment.
+OVERDUE_S = 5.0
 
 
 def stub_only_parts(scenario: Scenario) -> list[str]:
@@ -61,7 +64,9 @@ def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario
     rounds = int(harness.get("rounds", 1))
     # The finish budget holds every round meeting the client's deadline.
     expect = dataclasses.replace(
-        on_router.expect, finish_within_s=rounds * CLIENT_DEADLINE_S + 10.0
+        on_router.expect,
+        finish_within_s=rounds * CLIENT_DEADLINE_S + 10.0,
+        overdue_after_s=max(on_router.expect.overdue_after_s, OVERDUE_S),
     )
     spec = dataclasses.replace(
         on_router.spec,

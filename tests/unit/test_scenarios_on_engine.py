@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bench.fidelity import differences, text
 from pytest_wedge.scenarios.catalog import catalog
-from pytest_wedge.scenarios.on_engine import AGENTS, on_vllm, stub_only_parts
+from pytest_wedge.scenarios.on_engine import AGENTS, OVERDUE_S, on_vllm, stub_only_parts
 
 CATALOG = {s.name: s for s in catalog()}
 
@@ -27,6 +27,8 @@ def test_the_load_is_scaled_to_a_cpu_engine_and_the_workers_are_real() -> None:
     assert all(s["rate_per_s"] == 0.5 for s in seed.strays)
     # Two rounds, each within the client's 20 s deadline, and 10 s to spare.
     assert seed.expect.finish_within_s == 2 * 20.0 + 10.0
+    # A healthy request of a CPU engine takes seconds: the stubs' 1 s would call it overdue.
+    assert seed.expect.overdue_after_s == OVERDUE_S > CATALOG[seed.name].expect.overdue_after_s
 
 
 def test_scenarios_of_one_router_and_shape_share_one_bring_up() -> None:
