@@ -4,7 +4,10 @@ calls a real cell different exactly when its outcome or location differs from th
 
 from __future__ import annotations
 
-from bench.fidelity import differences, text
+import pytest
+
+import bench.fidelity as fidelity
+from bench.fidelity import Explanation, differences, explained, text
 from pytest_wedge.scenarios.catalog import catalog
 from pytest_wedge.scenarios.on_engine import AGENTS, OVERDUE_S, on_vllm, stub_only_parts
 
@@ -50,3 +53,14 @@ def test_a_real_cell_differs_when_its_outcome_or_location_does() -> None:
     found = differences(table, ["stubs", "vllm-router", "smg"])
     assert found == [("elsewhere", "vllm-router"), ("fails", "smg")]
     assert text(table["fails"]["smg"]) == "failed: x; at router; lost 0"
+
+
+def test_an_explanation_holds_only_while_the_cell_shows_what_was_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    why = Explanation(shows="the watchdogs did not leave healthy work alone", why="slow TTFT")
+    monkeypatch.setattr(fidelity, "EXPLAINED", {("s", "smg"): why})
+    cut = {"outcome": "failed", "reason": "x", "detail": why.shows, "lost": 0}
+    assert explained("s", "smg", cut) == "slow TTFT"
+    assert explained("s", "vllm-router", cut) is None
+    assert explained("s", "smg", cut | {"detail": "lost 4 requests"}) is None
