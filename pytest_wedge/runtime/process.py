@@ -29,11 +29,11 @@ from pytest_wedge.waiting import poll
 
 # SIGKILL cannot be caught, yet a process is gone only once the kernel has ended every thread
 # and freed its memory, and its parent hears of it only then. A real vLLM engine's API server
-# (the group's leader) was a zombie 11 ms after SIGKILL but reported its exit after 0.2-0.3 s in
-# two kills and 27.5 s in a third (2 cores at load 5, the other engine's NIXL thread spinning):
-# the old 5 s wait gave up silently and a Kill's verification saw the leader still running.
-# Twice the longest seen; a process left after that is stuck in the kernel (state D), which
-# no longer wait would fix.
+# (the group's leader) was a zombie 11 ms after SIGKILL but reported its exit after 0.11-0.34 s
+# in three kills and 27.5 s in a fourth (2 cores at load 5, the other engine's NIXL thread
+# spinning): the old 5 s wait gave up silently and a Kill's verification saw the leader still
+# running. Twice the longest seen; a process left after that is stuck in the kernel (state D),
+# which no longer wait would fix.
 KILL_GONE_S = 60.0
 
 
