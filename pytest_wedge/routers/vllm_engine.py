@@ -35,12 +35,18 @@ MAX_MODEL_LEN = 2048
 ENGINE_READY_S = 600.0  # the least ready timeout for vLLM engines (214 s seen at load 13-18)
 # A test's engine gives up on a hung model step after this long (vLLM's default is 300 s).
 EXECUTE_MODEL_TIMEOUT_S = 30
-# NIXL's progress thread polls UCX without sleeping (its wait is 0): 1.1 cores for an idle 1P+1D.
-# A wait (vllm_plugin.py) cut that to 0.04, but transfers then stalled under concurrency (eight
-# concurrent PD requests hung a decode's worker until the 30 s model timeout), so it is off by
-# default; WEDGE_NIXL_PROGRESS_DELAY_US in pytest's environment sets one (microseconds).
+# NIXL's UCX progress thread polls without sleeping (its wait is 0): about 2 cores for an idle
+# 1P+1D. With a wait it sleeps, but transfers then stall (at 1 ms, eight concurrent PD requests
+# hung a decode's worker until the 30 s model timeout). So the thread is off: vLLM steps an
+# engine every millisecond while a request waits for its KV (decode) or its KV waits to be read
+# (prefill), and each step's NIXL calls progress UCX. An idle 1P+1D then took 0.03-0.07 cores,
+# and eight concurrent PD requests completed as they did with the thread (measured,
+# docs/testing-on-a-real-engine.md). WEDGE_NIXL_PROGRESS_THREAD=1 in pytest's environment turns
+# it back on, WEDGE_NIXL_PROGRESS_DELAY_US sets its wait (microseconds).
+PROGRESS_THREAD = "0"
+THREAD_VARIABLE = "WEDGE_NIXL_PROGRESS_THREAD"
 PROGRESS_DELAY_US = 0
-DELAY_VARIABLE = "WEDGE_NIXL_PROGRESS_DELAY_US"  # set in pytest's environment: another wait
+DELAY_VARIABLE = "WEDGE_NIXL_PROGRESS_DELAY_US"
 PLUGIN_MODULE = "wedge_vllm_plugin"
 _PLUGIN_SOURCE = Path(__file__).with_name("vllm_plugin.py")
 _MODEL_SCRIPT = Path(__file__).with_name("tiny_llama.py")
@@ -148,7 +154,8 @@ def engine_env(
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_MODEL_TIMEOUT_S),
         "PYTHONPATH": install.plugin_dir,
         "WEDGE_NIXL_ROUTE": ",".join(f"{a}={b}" for a, b in routes.items()),
-        "WEDGE_NIXL_PROGRESS_DELAY_US": os.environ.get(DELAY_VARIABLE, str(PROGRESS_DELAY_US)),
+        THREAD_VARIABLE: os.environ.get(THREAD_VARIABLE, PROGRESS_THREAD),
+        DELAY_VARIABLE: os.environ.get(DELAY_VARIABLE, str(PROGRESS_DELAY_US)),
     }
     return tuple(env.items())
 

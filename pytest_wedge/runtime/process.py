@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_wedge.errors import AlreadyRunningError, ComponentStartError
+from pytest_wedge.errors import AlreadyRunningError, ComponentControlError, ComponentStartError
 from pytest_wedge.runtime.interface import (
     OWNER_ENV,
     SESSION_ENV,
@@ -25,6 +25,16 @@ from pytest_wedge.runtime.interface import (
 from pytest_wedge.runtime.launcher import Launcher, Proc
 from pytest_wedge.runtime.owner_tags import owner_tag
 from pytest_wedge.spec.topology import ComponentSpec
+from pytest_wedge.waiting import poll
+
+# SIGKILL cannot be caught, yet a process is gone only once the kernel has ended every thread
+# and freed its memory, and its parent hears of it only then. A real vLLM engine's API server
+# (the group's leader) was a zombie 11 ms after SIGKILL but reported its exit after 0.11-0.34 s
+# in three kills and 27.5 s in a fourth (2 cores at load 5, the other engine's NIXL thread
+# spinning): the old 5 s wait gave up silently and a Kill's verification saw the leader still
+# running. Twice the longest seen; a process left after that is stuck in the kernel (state D),
+# which no longer wait would fix.
+KILL_GONE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -126,13 +136,15 @@ class ProcessRuntime(LogFiles):
                 self.kill(name)
 
     def kill(self, name: str) -> None:
+        """SIGKILL the component's process group; returns once its process is reaped and no
+        other process of its group is left but zombies (they hold no memory or port), or
+        raises :class:`ComponentControlError` after :data:`KILL_GONE_S`."""
         with self._locked(name) as child:
             if child is None:
                 return
             self._signal(child, signal.SIGKILL)  # a stopped (paused) process dies too
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.proc.wait(timeout=5.0)
             self._children[name] = replace(child, paused=False)
+            _wait_gone(name, child.proc, KILL_GONE_S)
 
     def pause(self, name: str) -> None:
         """SIGSTOP, returning once the process is stopped; a no-op when it is not running."""
@@ -180,12 +192,83 @@ class ProcessRuntime(LogFiles):
 
     def close(self) -> None:
         """SIGKILL everything this runtime started (teardown never waits on a drain); a start
-        racing ``close`` is killed here or raises."""
+        racing ``close`` is killed here or raises. Every component is signalled before any is
+        waited on, so their exits overlap; the first that does not go is raised at the end."""
         self._closed = True
         with self._locks_guard:
             names = list(self._locks)
+        killed: list[tuple[str, Proc]] = []
         for name in names:
-            with self._locked(name):
-                self.kill(name)
+            with self._locked(name) as child:
+                if child is not None:
+                    self._signal(child, signal.SIGKILL)
+                    killed.append((name, child.proc))
                 self._children.pop(name, None)
+        failures: list[ComponentControlError] = []
+        for name, proc in killed:
+            try:
+                _wait_gone(name, proc, KILL_GONE_S)
+            except ComponentControlError as exc:
+                failures.append(exc)
         self.launcher.close()
+        if failures:
+            raise failures[0]
+
+
+def _wait_gone(name: str, proc: Proc, timeout_s: float) -> None:
+    """Return once ``proc`` (its group's leader, SIGKILLed) is reaped and its group holds no
+    process but zombies; raise, saying which threads and processes are left, after
+    ``timeout_s``."""
+    pgid = proc.pid
+    reaped = poll(lambda: proc.poll() is not None, timeout_s=timeout_s, interval_s=0.01)
+    left = poll(
+        lambda: not _group_alive(pgid),
+        timeout_s=max(0.0, timeout_s - reaped.elapsed_s),
+        interval_s=0.01,
+    )
+    if reaped.met and left.met:
+        return
+    raise ComponentControlError(
+        f"{name} was still there {timeout_s:.0f} s after SIGKILL",
+        facts={
+            "pid": pgid,
+            "leader": "reaped" if reaped.met else "not reaped (some thread still exiting)",
+            "its threads": ", ".join(_threads(pgid)) or "none",
+            "processes of its group": ", ".join(_group_alive(pgid)) or "none",
+        },
+        fix="a process that outlives SIGKILL is stuck in the kernel (state D: a disk, NFS or "
+        "FUSE wait, or a frozen cgroup); read `cat /proc/PID/task/*/stack` as root, and "
+        "whether the machine is swapping or out of memory (`dmesg`)",
+    )
+
+
+def _stat(path: str) -> tuple[str, str, int] | None:
+    """(comm, state, pgrp) from a /proc stat file; None when the task is gone."""
+    try:
+        with open(path) as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    comm, _, rest = text.partition(" (")[2].rpartition(") ")
+    fields = rest.split()
+    return comm, fields[0], int(fields[2])
+
+
+def _group_alive(pgid: int) -> list[str]:
+    """The processes of group ``pgid`` that are not zombies, as ``pid comm (state)``."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(f"/proc/{entry}/stat")) is not None:
+            comm, state, pgrp = stat
+            if pgrp == pgid and state != "Z":
+                alive.append(f"{entry} {comm} ({state})")
+    return alive
+
+
+def _threads(pid: int) -> list[str]:
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return []
+    found = [(tid, _stat(f"/proc/{pid}/task/{tid}/stat")) for tid in tids]
+    return [f"{tid} {stat[0]} ({stat[1]})" for tid, stat in found if stat is not None]

@@ -7,6 +7,7 @@ test and killed by it (or, at worst, by its PDEATHSIG when the runtime's spawner
 from __future__ import annotations
 
 import ctypes
+import os
 import random
 import sys
 import threading
@@ -17,8 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_wedge.errors import AlreadyRunningError, ComponentStartError, WedgeError
+from pytest_wedge.errors import (
+    AlreadyRunningError,
+    ComponentControlError,
+    ComponentStartError,
+    WedgeError,
+)
 from pytest_wedge.runtime import launcher
+from pytest_wedge.runtime import process as process_runtime
 from pytest_wedge.runtime.interface import SESSION_ENV
 from pytest_wedge.runtime.process import ProcessRuntime
 from pytest_wedge.spec.topology import ComponentSpec
@@ -174,3 +181,43 @@ def test_resolving_prctl_happens_once_in_the_parent() -> None:
     # The child calls this object; resolving it is the parent's job, done at import.
     assert launcher._PRCTL is not None
     assert launcher._PRCTL.__name__ == "prctl"  # type: ignore[attr-defined]
+
+
+def test_kill_returns_once_the_process_and_its_group_are_gone(runtime: ProcessRuntime) -> None:
+    # The leader forks a child into its own group, as a vLLM engine's API server does.
+    family = ("/bin/sh", "-c", "sleep 600 & exec sleep 600")
+    runtime.start(spec(argv=family))
+    pid = runtime.pid("decode-0")
+    assert pid is not None
+    wait_for(
+        lambda: len(process_runtime._group_alive(pid)) == 2,
+        timeout_s=10,
+        what="the leader and its child to run",
+        describe=lambda: ", ".join(process_runtime._group_alive(pid)),
+    )
+    runtime.kill("decode-0")
+    # No wait here: kill itself must return only once the kernel is done with them.
+    assert runtime.exit_code("decode-0") == -9 and runtime.state("decode-0") == "exited"
+    assert not psutil.pid_exists(pid) and process_runtime._group_alive(pid) == []
+
+
+class _NeverReaped:
+    """A leader whose exit is never reported: this test process's own group stands in."""
+
+    pid = os.getpgrp()
+
+    def poll(self) -> int | None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise AssertionError("kill waits on the real condition, not on wait()")
+
+
+def test_a_process_that_outlives_sigkill_is_named_with_what_is_left_of_it() -> None:
+    with pytest.raises(ComponentControlError) as raised:
+        process_runtime._wait_gone("decode-0", _NeverReaped(), timeout_s=0.05)
+    error = raised.value
+    assert error.headline == "decode-0 was still there 0 s after SIGKILL"
+    assert error.facts["leader"] == "not reaped (some thread still exiting)"
+    assert str(os.getpid()) in str(error.facts["processes of its group"])
+    assert "state D" in error.fix
