@@ -111,11 +111,21 @@ def _health(said: str | None) -> str:
 
 
 def run_cell(session: WedgeSession, scenario: Scenario) -> dict[str, Any]:
-    topology = session.topology(scenario.spec)
-    topology.reset()
+    started = time.monotonic()
+    try:
+        topology = session.topology(scenario.spec)
+        topology.reset()
+    except Exception as exc:  # a bring-up that failed is this cell's row; the next one retries
+        said = f"{type(exc).__name__}: {exc}"
+        return {
+            "outcome": "error",
+            "reason": f"bring-up: {said}"[:240],
+            "detail": said[:3000],
+            "lost": 0,
+            "seconds": round(time.monotonic() - started, 1),
+        }
     wedge = Wedge(topology)
     cell: dict[str, Any] = {"outcome": "passed", "reason": None}
-    started = time.monotonic()
     diagnosis = None
     try:
         result = run_scenario(wedge, scenario)

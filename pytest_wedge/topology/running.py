@@ -198,7 +198,7 @@ class Topology:
             else:
                 wait_url_router(self.http, spec.router, self.router_url, remaining)
             if spec.real_engines:
-                warm_up_engines(self.http, self.router_url, spec, remaining)
+                warm_up_engines(self.http, self.router_url, spec, self.runtime, remaining)
         except BaseException:
             if warming is not None:  # a fork server still starting would keep the stubs' ports
                 wait([warming])
@@ -327,9 +327,8 @@ class Topology:
                 timeout_s=max(1.0, deadline - time.monotonic()),
             )
         if self.spec.real_engines:
-            warm_up_engines(
-                self.http, self.router_url, self.spec, max(1.0, deadline - time.monotonic())
-            )
+            left = max(1.0, deadline - time.monotonic())
+            warm_up_engines(self.http, self.router_url, self.spec, self.runtime, left)
         return time.monotonic() - started
 
     def stub(self, name: str) -> StubClient:

@@ -12,6 +12,7 @@ import httpx
 from pytest_wedge.errors import ComponentStartError, ConfigError
 from pytest_wedge.metrics_text import samples
 from pytest_wedge.routers.vllm_engine import ensure_engine
+from pytest_wedge.runtime.interface import Runtime
 from pytest_wedge.spec.topology import LOOPBACK, Executables, PortPlan, TopologySpec
 from pytest_wedge.topology.router_start import url_router_listen, wait_answering
 from pytest_wedge.waiting import poll
@@ -37,16 +38,27 @@ def with_engine(spec: TopologySpec, exe: Executables) -> Executables:
 
 
 def warm_up_engines(
-    http: httpx.Client, router_url: str, spec: TopologySpec, timeout_s: float
+    http: httpx.Client, router_url: str, spec: TopologySpec, runtime: Runtime, timeout_s: float
 ) -> None:
     """PD requests through the router until each decode has done its NIXL handshake with each
     prefill: the first one, on a cold prefill, may miss vLLM's fixed 5 s handshake timeout (a
-    500), so a started topology has it behind it. Nothing of this is in the client ledger."""
+    500), so a started topology has it behind it. An engine that exits meanwhile (vLLM shuts
+    its API server down when its EngineCore dies) ends the wait at once. Nothing of this is in
+    the client ledger."""
     wanted = spec.prefill * spec.decode
+    engines = [*spec.prefill_names, *spec.decode_names]
     body = {"model": spec.stub.model, "prompt": "warm up the kv transfer", "max_tokens": 1}
     answers: list[str] = []
 
     def answered() -> bool:
+        if exited := {n: c for n in engines if (c := runtime.exit_code(n)) is not None}:
+            raise _warm_up_failed(
+                f"{', '.join(exited)} exited while warming up",
+                router_url,
+                answers,
+                runtime,
+                engines,
+            ) from None
         try:
             got = http.post(router_url + "/v1/completions", json=body, timeout=60.0)
             answers.append(f"{got.status_code} {got.text[:200]}")
@@ -55,11 +67,31 @@ def warm_up_engines(
         return sum(a.startswith("200 ") for a in answers) >= wanted
 
     if not poll(answered, timeout_s=timeout_s, interval_s=0.5).met:
-        raise ComponentStartError(
+        raise _warm_up_failed(
             "The vLLM engines did not answer a PD request through the router",
-            facts={"router": router_url, "answers": "; ".join(answers[-3:])},
-            fix="read the decode's and the prefill's logs (NIXL handshake or transfer errors)",
+            router_url,
+            answers,
+            runtime,
+            engines,
         )
+
+
+def _warm_up_failed(
+    headline: str, router_url: str, answers: list[str], runtime: Runtime, names: list[str]
+) -> ComponentStartError:
+    engines = [n for n in names if runtime.log_path(n)]
+    tails = "\n".join(f"--- {n}\n{runtime.logs(n, tail=12)}" for n in engines)
+    return ComponentStartError(
+        headline,
+        facts={
+            "router": router_url,
+            "answers": "; ".join(answers[-3:]) or "none yet",
+            "logs": ", ".join(str(runtime.log_path(n)) for n in engines),
+        },
+        log_tail=tails,
+        fix="read the engines' log tails (an EngineCore that died, NIXL handshake or transfer "
+        "errors)",
+    )
 
 
 IDLE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
-from pytest_wedge.errors import ConfigError
+from pytest_wedge.errors import ComponentStartError, ConfigError
 from pytest_wedge.evidence.read_public import observed_jobs
 from pytest_wedge.routers.router_spec import RouterSpec
 from pytest_wedge.routers.vllm_engine import EngineInstall
 from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
 from pytest_wedge.spec.workers import WorkerSpec
 from pytest_wedge.topology.what_ran import not_proxied
-from pytest_wedge.topology.worker_start import with_engine
+from pytest_wedge.topology.worker_start import warm_up_engines, with_engine
 
 ENGINE = WorkerSpec(kind="vllm")
 INSTALL = EngineInstall(python="/env/bin/python", plugin_dir="/env/wedge-plugin", model="/m")
@@ -131,3 +132,25 @@ def test_a_real_engine_gets_a_probes_second_to_answer_and_stubs_keep_the_short_r
     # link, would never answer, and that silence would read as a broken transfer link.
     side_channel = ["prefill-0 bootstrap health", "via decode-0->prefill-0 health"]
     assert all((key in timeouts) == (engines == "stub") for key in side_channel)
+
+
+def test_the_warm_up_ends_at_once_with_the_logs_when_an_engine_exits() -> None:
+    """vLLM shuts its API server down when its EngineCore dies: the warm-up must say so at
+    once, with the engines' log tails, not ask a router with no prefill for ten minutes."""
+
+    class Exited:
+        def exit_code(self, name: str) -> int | None:
+            return 1 if name == "prefill-0" else None
+
+        def log_path(self, name: str) -> str:
+            return f"/logs/{name}.log"
+
+        def logs(self, name: str, tail: int = 40) -> str:
+            return f"{name}: EngineCore encountered a fatal error."
+
+    never = httpx.Client(transport=httpx.MockTransport(lambda r: pytest.fail("asked anyway")))
+    with pytest.raises(ComponentStartError) as raised:
+        warm_up_engines(never, "http://127.0.0.1:1", real(), Exited(), 600.0)  # type: ignore[arg-type]
+    said = str(raised.value)
+    assert "prefill-0 exited while warming up" in said
+    assert "prefill-0: EngineCore encountered a fatal error." in said
