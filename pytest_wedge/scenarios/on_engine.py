@@ -68,10 +68,20 @@ def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario
         finish_within_s=rounds * CLIENT_DEADLINE_S + 10.0,
         overdue_after_s=max(on_router.expect.overdue_after_s, OVERDUE_S),
     )
+    # A fault held for a time must outlast the later call of a request overdue by as much,
+    # or it ends before its wedge shows (the seed's 5 s router pause would end as its
+    # requests became overdue, leaving the diagnosis only the engines' slowness to see).
+    later = expect.overdue_after_s - on_router.expect.overdue_after_s
+    faults = tuple(
+        dataclasses.replace(f, for_s=f.for_s + later) if f.for_s is not None else f
+        for f in on_router.faults
+    )
     spec = dataclasses.replace(
         on_router.spec,
         stub=StubOptions(model=on_router.spec.stub.model, protocol=on_router.spec.stub.protocol),
         prefill_worker=VLLM,
         decode_worker=VLLM,
     )
-    return dataclasses.replace(on_router, spec=spec, strays=strays, harness=harness, expect=expect)
+    return dataclasses.replace(
+        on_router, spec=spec, strays=strays, harness=harness, expect=expect, faults=faults
+    )

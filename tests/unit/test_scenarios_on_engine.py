@@ -32,6 +32,10 @@ def test_the_load_is_scaled_to_a_cpu_engine_and_the_workers_are_real() -> None:
     assert seed.expect.finish_within_s == 2 * 20.0 + 10.0
     # A healthy request of a CPU engine takes seconds: the stubs' 1 s would call it overdue.
     assert seed.expect.overdue_after_s == OVERDUE_S > CATALOG[seed.name].expect.overdue_after_s
+    # ...and the router's pause lasts as much longer, or it would end before its wedge shows.
+    [pause], [stub_pause] = seed.faults, CATALOG[seed.name].faults
+    assert pause.fault == stub_pause.fault and stub_pause.for_s is not None
+    assert pause.for_s == stub_pause.for_s + OVERDUE_S - CATALOG[seed.name].expect.overdue_after_s
 
 
 def test_scenarios_of_one_router_and_shape_share_one_bring_up() -> None:
