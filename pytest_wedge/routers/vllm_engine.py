@@ -37,13 +37,14 @@ ENGINE_READY_S = 600.0  # the least ready timeout for vLLM engines (214 s seen a
 EXECUTE_MODEL_TIMEOUT_S = 30
 # NIXL's UCX progress thread polls without sleeping (its wait is 0): about 2 cores for an idle
 # 1P+1D. With a wait it sleeps, but transfers then stall (at 1 ms, eight concurrent PD requests
-# hung a decode's worker until the 30 s model timeout). So the thread is off: vLLM steps an
-# engine every millisecond while a request waits for its KV (decode) or its KV waits to be read
-# (prefill), and each step's NIXL calls progress UCX. An idle 1P+1D then took 0.03-0.07 cores,
-# and eight concurrent PD requests completed as they did with the thread (measured,
-# docs/testing-on-a-real-engine.md). WEDGE_NIXL_PROGRESS_THREAD=1 in pytest's environment turns
-# it back on, WEDGE_NIXL_PROGRESS_DELAY_US sets its wait (microseconds).
-PROGRESS_THREAD = "0"
+# hung a decode's worker until the 30 s model timeout). Without the thread (vLLM's steps then
+# progress UCX) an idle 1P+1D took 0.03-0.09 cores, but a worker hung in its step, for the
+# 30 s model timeout that kills the engine, in the same second as a NIXL handshake: a prefill
+# died warming up in 3 of about 12 bring-ups. A topology that cannot be brought up costs more
+# than idle cores, so the thread stays on by default (docs/testing-on-a-real-engine.md);
+# WEDGE_NIXL_PROGRESS_THREAD=0 in pytest's environment turns it off, and
+# WEDGE_NIXL_PROGRESS_DELAY_US sets its wait (microseconds).
+PROGRESS_THREAD = "1"
 THREAD_VARIABLE = "WEDGE_NIXL_PROGRESS_THREAD"
 PROGRESS_DELAY_US = 0
 DELAY_VARIABLE = "WEDGE_NIXL_PROGRESS_DELAY_US"

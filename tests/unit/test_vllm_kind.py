@@ -65,18 +65,18 @@ def test_each_engine_has_its_side_channel_and_each_decode_reaches_prefills_throu
     assert argv[argv.index("--model") + 1] == "/m"
 
 
-def test_nixl_progress_thread_is_off_unless_pytest_environment_turns_it_on(
+def test_nixl_progress_thread_is_on_unless_pytest_environment_turns_it_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("WEDGE_NIXL_PROGRESS_THREAD", raising=False)
     monkeypatch.delenv("WEDGE_NIXL_PROGRESS_DELAY_US", raising=False)
     env = rendered(real())["decode-0"][1]
-    assert env["WEDGE_NIXL_PROGRESS_THREAD"] == "0" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "0"
-    monkeypatch.setenv("WEDGE_NIXL_PROGRESS_THREAD", "1")
+    assert env["WEDGE_NIXL_PROGRESS_THREAD"] == "1" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "0"
+    monkeypatch.setenv("WEDGE_NIXL_PROGRESS_THREAD", "0")
     monkeypatch.setenv("WEDGE_NIXL_PROGRESS_DELAY_US", "2000")
     env = rendered(real())["prefill-0"][1]
     assert (
-        env["WEDGE_NIXL_PROGRESS_THREAD"] == "1" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "2000"
+        env["WEDGE_NIXL_PROGRESS_THREAD"] == "0" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "2000"
     )
 
 
