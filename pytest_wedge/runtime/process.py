@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psutil
+
 from pytest_wedge.errors import AlreadyRunningError, ComponentControlError, ComponentStartError
 from pytest_wedge.runtime.interface import (
     OWNER_ENV,
@@ -142,7 +144,10 @@ class ProcessRuntime(LogFiles):
         with self._locked(name) as child:
             if child is None:
                 return
-            self._signal(child, signal.SIGKILL)  # a stopped (paused) process dies too
+            if not self._signal(child, signal.SIGKILL):  # a stopped (paused) process dies too
+                # Its leader is gone, not always its group: vLLM's API server exits when its
+                # EngineCore dies, and its Worker was seen still running a minute later.
+                _kill_left_in_group(child.proc.pid, self.session_id)
             self._children[name] = replace(child, paused=False)
             _wait_gone(name, child.proc, KILL_GONE_S)
 
@@ -201,7 +206,8 @@ class ProcessRuntime(LogFiles):
         for name in names:
             with self._locked(name) as child:
                 if child is not None:
-                    self._signal(child, signal.SIGKILL)
+                    if not self._signal(child, signal.SIGKILL):
+                        _kill_left_in_group(child.proc.pid, self.session_id)
                     killed.append((name, child.proc))
                 self._children.pop(name, None)
         failures: list[ComponentControlError] = []
@@ -263,6 +269,17 @@ def _group_alive(pgid: int) -> list[str]:
             if pgrp == pgid and state != "Z":
                 alive.append(f"{entry} {comm} ({state})")
     return alive
+
+
+def _kill_left_in_group(pgid: int, session_id: str) -> None:
+    """SIGKILL what is left of group ``pgid`` once its leader is gone, each process only if it
+    carries this runtime's session mark (a group's id can be taken again once it is empty)."""
+    for entry in _group_alive(pgid):
+        pid = int(entry.split(" ", 1)[0])
+        with contextlib.suppress(psutil.Error, OSError):
+            process = psutil.Process(pid)
+            if process.environ().get(SESSION_ENV) == session_id:
+                process.kill()
 
 
 def _threads(pid: int) -> list[str]:

@@ -201,6 +201,26 @@ def test_kill_returns_once_the_process_and_its_group_are_gone(runtime: ProcessRu
     assert not psutil.pid_exists(pid) and process_runtime._group_alive(pid) == []
 
 
+def test_kill_ends_what_is_left_of_a_group_whose_leader_already_exited(
+    runtime: ProcessRuntime, tmp_path: Path
+) -> None:
+    """vLLM's API server exits when its EngineCore dies; its Worker was seen running on."""
+    go = tmp_path / "exit-now"
+    leader = f"sleep 600 & while [ ! -e {go} ]; do sleep 0.01; done; exit 3"
+    runtime.start(spec(argv=("/bin/sh", "-c", leader)))
+    pid = runtime.pid("decode-0")
+    assert pid is not None
+    go.touch()
+    wait_for(
+        lambda: runtime.exit_code("decode-0") == 3 and len(process_runtime._group_alive(pid)) == 1,
+        timeout_s=10,
+        what="the leader to exit and leave its child behind",
+        describe=lambda: ", ".join(process_runtime._group_alive(pid)),
+    )
+    runtime.kill("decode-0")
+    assert process_runtime._group_alive(pid) == []
+
+
 class _NeverReaped:
     """A leader whose exit is never reported: this test process's own group stands in."""
 
