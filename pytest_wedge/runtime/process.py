@@ -156,7 +156,11 @@ class ProcessRuntime(LogFiles):
         with self._locked(name) as child:
             if child is not None and self._signal(child, signal.SIGSTOP):
                 self._children[name] = replace(child, paused=True)
-                wait_stopped(name, child.proc.pid)
+                # Every process of the group, not only its leader: an engine's EngineCore and
+                # Worker stop when the kernel next schedules each, and a Pause's check (and the
+                # next request) would otherwise find one still running.
+                for pid in {child.proc.pid, *(p.pid for p in _group(child.proc.pid))}:
+                    wait_stopped(name, pid)
 
     def resume(self, name: str) -> None:
         with self._locked(name) as child:
@@ -223,12 +227,12 @@ class ProcessRuntime(LogFiles):
 
 def _wait_gone(name: str, proc: Proc, timeout_s: float) -> None:
     """Return once ``proc`` (its group's leader, SIGKILLed) is reaped and its group holds no
-    process but zombies; raise, saying which threads and processes are left, after
+    process but zombies; raise, saying which processes are left, after
     ``timeout_s``."""
     pgid = proc.pid
     reaped = poll(lambda: proc.poll() is not None, timeout_s=timeout_s, interval_s=0.01)
     left = poll(
-        lambda: not _group_alive(pgid),
+        lambda: not _group(pgid),
         timeout_s=max(0.0, timeout_s - reaped.elapsed_s),
         interval_s=0.01,
     )
@@ -239,7 +243,6 @@ def _wait_gone(name: str, proc: Proc, timeout_s: float) -> None:
         facts={
             "pid": pgid,
             "leader": "reaped" if reaped.met else "not reaped (some thread still exiting)",
-            "its threads": ", ".join(_threads(pgid)) or "none",
             "processes of its group": ", ".join(_group_alive(pgid)) or "none",
         },
         fix="a process that outlives SIGKILL is stuck in the kernel (state D: a disk, NFS or "
@@ -248,44 +251,29 @@ def _wait_gone(name: str, proc: Proc, timeout_s: float) -> None:
     )
 
 
-def _stat(path: str) -> tuple[str, str, int] | None:
-    """(comm, state, pgrp) from a /proc stat file; None when the task is gone."""
-    try:
-        with open(path) as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    comm, _, rest = text.partition(" (")[2].rpartition(") ")
-    fields = rest.split()
-    return comm, fields[0], int(fields[2])
+def _group(pgid: int) -> list[psutil.Process]:
+    """The processes of group ``pgid`` that are not zombies."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+    return members
 
 
 def _group_alive(pgid: int) -> list[str]:
-    """The processes of group ``pgid`` that are not zombies, as ``pid comm (state)``."""
+    """The processes of group ``pgid`` that are not zombies, as ``pid name (status)``."""
     alive = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(f"/proc/{entry}/stat")) is not None:
-            comm, state, pgrp = stat
-            if pgrp == pgid and state != "Z":
-                alive.append(f"{entry} {comm} ({state})")
+    for process in _group(pgid):
+        with contextlib.suppress(psutil.Error):
+            alive.append(f"{process.pid} {process.name()} ({process.status()})")
     return alive
 
 
 def _kill_left_in_group(pgid: int, session_id: str) -> None:
     """SIGKILL what is left of group ``pgid`` once its leader is gone, each process only if it
     carries this runtime's session mark (a group's id can be taken again once it is empty)."""
-    for entry in _group_alive(pgid):
-        pid = int(entry.split(" ", 1)[0])
-        with contextlib.suppress(psutil.Error, OSError):
-            process = psutil.Process(pid)
+    for process in _group(pgid):
+        with contextlib.suppress(psutil.Error):
             if process.environ().get(SESSION_ENV) == session_id:
                 process.kill()
-
-
-def _threads(pid: int) -> list[str]:
-    try:
-        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
-    except OSError:
-        return []
-    found = [(tid, _stat(f"/proc/{pid}/task/{tid}/stat")) for tid in tids]
-    return [f"{tid} {stat[0]} ({stat[1]})" for tid, stat in found if stat is not None]

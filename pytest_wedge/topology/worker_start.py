@@ -51,7 +51,7 @@ def warm_up_engines(
     answers: list[str] = []
 
     def answered() -> bool:
-        if exited := {n: c for n in engines if (c := runtime.exit_code(n)) is not None}:
+        if exited := [n for n in engines if runtime.exit_code(n) is not None]:
             raise _warm_up_failed(
                 f"{', '.join(exited)} exited while warming up",
                 router_url,

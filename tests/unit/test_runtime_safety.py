@@ -221,6 +221,20 @@ def test_kill_ends_what_is_left_of_a_group_whose_leader_already_exited(
     assert process_runtime._group_alive(pid) == []
 
 
+def test_pause_returns_once_every_process_of_the_group_is_stopped(runtime: ProcessRuntime) -> None:
+    """A Pause's check, and the next request, must find an engine's EngineCore and Worker
+    stopped too, not only its API server."""
+    runtime.start(spec(argv=("/bin/sh", "-c", "sleep 600 & exec sleep 600")))
+    pid = runtime.pid("decode-0")
+    assert pid is not None
+    wait_for(lambda: len(process_runtime._group_alive(pid)) == 2, timeout_s=10, what="both")
+    runtime.pause("decode-0")
+    # No wait here: pause itself returns only once each of them is stopped.
+    statuses = [p.status() for p in process_runtime._group(pid)]
+    assert statuses == [psutil.STATUS_STOPPED] * 2
+    runtime.resume("decode-0")
+
+
 class _NeverReaped:
     """A leader whose exit is never reported: this test process's own group stands in."""
 
