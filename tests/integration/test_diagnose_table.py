@@ -122,8 +122,15 @@ ROWS: dict[str, Row] = {
         "client", None, harness={"max_connections": 4, "leak_streams": True}
     ),
     # 2P+2D.
+    # cache_aware may send every harness prompt to the prefill that took the first one (a
+    # run saw 1 of 581 reach prefill-1), so the row would wait on smg's policy, not the wedge.
     "2P2D prefill-1 stalls": Row(
-        "prefill-1", lambda: StallBeforeFirstToken(target="prefill-1"), 2, 2, stray="prefill-0"
+        "prefill-1",
+        lambda: StallBeforeFirstToken(target="prefill-1"),
+        2,
+        2,
+        stray="prefill-0",
+        router_args=("--policy", "random"),
     ),
     "2P2D decode-1 paused": Row("decode-1", lambda: Pause("decode-1"), 2, 2, stray="decode-0"),
     # smg's default cache_aware policy picks the prefill and the decode of a request alike
