@@ -843,6 +843,23 @@ def test_of_two_decodes_holding_requests_the_silent_one_holds_the_stalled_stream
     assert "tok/s for them" in diagnosis.decided_by[0]
 
 
+def test_streams_trickling_from_a_sliced_link_are_not_pinned_on_a_fast_decode() -> None:
+    # 2P2D, Slicer on router->decode-0: each stream got its first token in one slice 1.5 s ago
+    # and little since; decode-0 finished its part, decode-1 serves its own at full speed.
+    slow = pending(6, first_byte=NOW - 1.5, first_token=NOW - 1.5, last_byte=NOW - 1.5, tokens=1)
+    obs = observed(
+        slow,
+        decode=2,
+        router=in_flight(decode_0=12, decode_1=3),
+        workers={
+            "decode-0": {"num_running_reqs": 0.0},
+            "decode-1": {"num_running_reqs": 3.0, "generation_tokens": 2000.0},
+        },
+        workers_before={"decode-1": {"generation_tokens": 200.0}},
+    )
+    located(obs, "router->decode-0")
+
+
 def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger() -> None:
     from pytest_wedge.evidence.snapshot import Snapshot
 

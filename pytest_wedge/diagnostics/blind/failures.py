@@ -187,8 +187,10 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
-    if (v := still_prefilling(s, n, line)) is not None:
-        return v  # their KV never became ready: the transfer only timed out waiting for it
+    # Their KV never became ready and the transfers only timed out waiting for it: then the
+    # prefill holds about as many as the decode failed, not the one or two any loaded prefill has.
+    if (v := still_prefilling(s, max(n, d.transfer_failures), line)) is not None:
+        return v
     p = s.failing("prefill")
     if _bootstrap_refused(s, d):
         if p is None and (c := s.cancelled("prefill", d.transfer_failures)) is not None:

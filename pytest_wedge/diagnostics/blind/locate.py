@@ -77,9 +77,11 @@ def _verdict(s: Servers, key: Key, records: list[ClientRecord], n: int, pool: st
 
 
 def client_rate(records: list[ClientRecord], now: float) -> float:
-    """The median tokens per second each of ``records`` received since its first token."""
+    """The median tokens per second each of ``records`` received since its first token, up to
+    now for a stream still open: a stream whose first token came alone a while ago is slow,
+    not as fast as one token over the instant its bytes took."""
     rates = sorted(
-        int(r.get("tokens") or 0) / max(1e-3, float(r.get("last_byte") or now) - first)
+        int(r.get("tokens") or 0) / max(1e-3, float(r.get("finished") or now) - first)
         for r in records
         if (first := r.get("first_token")) is not None
     )
