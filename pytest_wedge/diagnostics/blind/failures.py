@@ -227,7 +227,7 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     return s.verdict(f"{d.name}->{s.role('prefill')[0].name}", UNKNOWN, line, which)
 
 
-def still_prefilling(s: Servers, n: int, *because: str) -> Verdict | None:
+def still_prefilling(s: Servers, n: float, *because: str) -> Verdict | None:
     """One prefill still holds about as many of the router's requests queued or prefilling, in
     both samples, as failed: it stalled, and whoever gave up waiting on it (the decode's KV
     fetch, the router's deadline) only shows where it was waited on. Pending, the same
