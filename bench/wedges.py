@@ -312,10 +312,11 @@ def one_draw(topology: Any, row: dict[str, Any]) -> Iterator[Wedge | None]:
             row.setdefault("error", f"close: {type(exc).__name__}: {exc}"[:300])
 
 
-def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault]) -> dict[str, Any]:
+def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault], at: float) -> dict[str, Any]:
     """A draw the oracle got wrong, as a tests/unit/oracle_cases/ file: the snapshot trimmed to
-    the requests that did not end well and their ledger entries, without the toxics; set
-    ``expected`` to the right answer once it is understood."""
+    the requests that did not end well and their ledger entries, without the toxics, and the
+    moment the blind locator observed (``at``); set ``expected`` to the right answer once it is
+    understood."""
     snapshot = truth.to_dict()
     client = [r for r in truth.client if r.get("state") != "ok"]
     ids = {r.get("request_id") for r in client}
@@ -331,7 +332,8 @@ def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault]) -> dict[s
         snapshot["observed"] = {k: observed[k] for k in wanted if k in observed}
     draw_fields = {k: v for k, v in asdict(d).items() if k in ("seed", "shape", "fault", "hop")}
     faults_data = [asdict(f) for f in faults]
-    return {"draw": draw_fields, "expected": d.hop, "faults": faults_data, "snapshot": snapshot}
+    case = {"draw": draw_fields, "expected": d.hop, "faults": faults_data, "at": at}
+    return case | {"snapshot": snapshot}
 
 
 def _harness(wedge: Wedge) -> Harness:
@@ -389,7 +391,7 @@ def _draw(wedge: Wedge, topology: Any, d: Draw, row: dict[str, Any]) -> None:
             row["blind_evidence"] = blind.evidence[:3]
         if row["mismatch"] == "oracle wrong":  # kept: it becomes a case of test_oracle.py
             row["oracle_evidence"] = oracle.evidence[:8]
-            row["fixture"] = oracle_case(d, truth, faults)
+            row["fixture"] = oracle_case(d, truth, faults, blind.taken_at)
 
 
 def latency_1000_in_flight(session: WedgeSession, runs: int = 5) -> list[float]:

@@ -249,15 +249,23 @@ def _decode_stage(seen: Seen) -> str:
     return "waiting for KV"
 
 
-def _back_to_client(ctx: Context, decode: str, prefill: str | None) -> Hold:
+def _back_to_client(ctx: Context, d: Seen, prefill: str | None) -> Hold:
     """The decode finished; the bytes were lost on the way back (or the router still waits for
     the prefill's answer, which it needs before it answers the client)."""
+    decode = d.component
     first = [f"router->{prefill}"] if prefill else []
     hop = ctx.suspect([*first, f"router->{decode}", "router", "client->router"])
     if hop is None and ctx.router_silent:
         hop = "router"
     if hop is not None:
         return Hold(f"{decode} (finished)", hop, f"{decode} finished it; {hop} did not pass it on")
+    # Finished a moment ago after holding it long: its bytes are on their way, and what made it
+    # overdue is the time the decode held it (a decode serving one request at a time).
+    finished, arrived = d.t.get("finished", 0.0), d.t.get("arrived", 0.0)
+    on_the_way = ctx.client_at - finished
+    if arrived and on_the_way < finished - arrived:
+        held = f"held it {finished - arrived:.2f} s and finished it {on_the_way:.2f} s ago"
+        return Hold(f"{decode} (finished)", decode, f"{decode} {held}: its bytes are on their way")
     unread = "finished it but the client never read the response (a leaked stream?)"
     return Hold(f"{decode} (finished)", "client", f"{decode} {unread}")
 
@@ -364,7 +372,7 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
     if p is not None and (slow := _slow_transfer(ctx, d, p)) is not None:
         return Hold(where, f"{d.component}->{p.component}", slow)
     if stage == "ok":
-        return _back_to_client(ctx, d.component, p.component if p else None)
+        return _back_to_client(ctx, d, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
     if d.tokens > client_tokens + 1 and record.get("state") == "pending":
         # The decode produced more than the client got: the bytes are stuck on the way back.

@@ -860,6 +860,43 @@ def test_streams_trickling_from_a_sliced_link_are_not_pinned_on_a_fast_decode() 
     located(obs, "router->decode-0")
 
 
+def test_a_prefill_busy_with_its_share_does_not_outweigh_one_the_router_waits_on() -> None:
+    # 2P2D, Slicer on router->prefill-0, early: 4 overdue so far; the router waits on
+    # prefill-0 for 17 it does not hold, while prefill-1 prefills 2 of its own share.
+    obs = observed(
+        pending(4),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=17, prefill_1=2, decode_0=10, decode_1=9),
+        workers={
+            "prefill-1": {"num_running_reqs": 2.0},
+            "decode-0": {"num_running_reqs": 10.0, "generation_tokens": 3000.0},
+            "decode-1": {"num_running_reqs": 9.0, "generation_tokens": 2800.0},
+        },
+        workers_before={
+            "decode-0": {"generation_tokens": 1000.0},
+            "decode-1": {"generation_tokens": 900.0},
+        },
+    )
+    located(obs, "router->prefill-0")
+
+
+def test_slow_streams_beside_a_decode_waiting_for_kv_over_a_broken_link_are_the_link() -> None:
+    # Slicer on decode-0->prefill-0: two streams overdue so far, while decode-0 waits for the
+    # KV of 30 that prefill-0 holds ready, over a link that does not carry /health.
+    slow = pending(2, first_byte=NOW - 0.9, first_token=NOW - 0.9, last_byte=NOW - 0.9, tokens=1)
+    obs = observed(
+        slow,
+        router=in_flight(prefill_0=16, decode_0=24),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-0": {"num_running_reqs": 0.0, "num_decode_transfer_queue_reqs": 30.0},
+        },
+        health={"via decode-0->prefill-0": "did not answer within 0.20 s (ReadTimeout)"},
+    )
+    located(obs, "decode-0->prefill-0")
+
+
 def test_a_recorded_snapshot_relocates_blind_with_one_copy_of_the_client_ledger() -> None:
     from pytest_wedge.evidence.snapshot import Snapshot
 

@@ -317,8 +317,10 @@ CASES = sorted((Path(__file__).parent / "oracle_cases").glob("*.json"))
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_recorded_bench_draws(path: Path) -> None:
     """A recorded draw (the snapshot, trimmed to the harness's recent requests, without the
-    toxics) with its injected faults: the oracle's answer is the expected one."""
+    toxics) with its injected faults, judged at the moment the blind locator observed (``at``)
+    when the case records it: the oracle's answer is the expected one."""
     case = json.loads(path.read_text())
     faults = [InjectedFault(**f) for f in case["faults"]]
-    found = locate(Snapshot.from_dict(case["snapshot"]), "harness", 1.0, faults=faults)
+    snapshot = Snapshot.from_dict(case["snapshot"])
+    found = locate(snapshot, "harness", 1.0, faults=faults, at=case.get("at"))
     assert found.location == case["expected"], f"{case['draw']}\n{found.render()}"

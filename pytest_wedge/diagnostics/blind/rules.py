@@ -200,7 +200,10 @@ def held_upstream(s: Servers, n: int) -> Verdict:
     # progress: those count only beside what a decode holds without serving it (_stuck_at).
     most_waiting = max((d.waiting_kv for d in s.role("decode")), default=0.0)
     most_stuck = max((_stuck_at(d) for d in s.role("decode")), default=0.0)
-    floor = max(1.0, n / 2, most_waiting, most_stuck / 2)
+    # Early in a wedge few are overdue yet: a prefill busy with its share does not outweigh
+    # one the router waits on for many more that it does not hold (lost on the way to it).
+    most_missing = max((p.missing for p in s.role("prefill") if p.metrics_read), default=0.0)
+    floor = max(1.0, n / 2, most_waiting, most_stuck / 2, most_missing / 2)
     busy = sorted(
         (p for p in s.role("prefill") if p.prefilling_for_router >= floor),
         key=lambda p: -p.prefilling_for_router,
@@ -438,6 +441,10 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
             "client->router", f"{said}: the bytes are between the router and the client"
         )
     if (v := _past_the_decodes(s, decodes, kind, n) or worker_down(s, decodes)) is not None:
+        return v
+    # A decode that waits for KV over a link seen broken is stuck on that transfer, whatever
+    # the few streams already overdue show (the requests behind them wait for their KV).
+    if (v := broken_transfer(s)) is not None:
         return v
     what = {
         "slow": "streams them slowly",
