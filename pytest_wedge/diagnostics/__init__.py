@@ -126,7 +126,7 @@ def _snapshot(
     shows it) for the counters compared over the wedge."""
     probe = probe if probe is not None else getattr(scene, "probe", None)
     now = time.time()
-    records = client_records(scene.ledger)
+    records = client_records(scene.ledger, now)
     began = onset(records, now, overdue_after_s, window_s, origin)
     start = began if began is not None else now - max(TRAFFIC_WINDOW_S, 3 * overdue_after_s)
     samples = ordinary_samples(probe) if probe is not None else []

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import cast
 
 from pytest_wedge.diagnostics.diagnosis import (
     MAX_DETAILS,
@@ -48,14 +47,13 @@ from pytest_wedge.diagnostics.hops import (
     injected_faults,
 )
 from pytest_wedge.evidence.observed import ClientRecord
+from pytest_wedge.evidence.read_public import client_as_of
 from pytest_wedge.evidence.snapshot import MIN_RATE_WINDOW_S, Snapshot
 from pytest_wedge.load.client_ledger import FAILED_STATES
 
 __all__ = ["ELSEWHERE", "InjectedFault", "elsewhere", "injected_faults", "locate", "scene_faults"]
 
 ENDED = ("ok", "error", "aborted", "released")
-# The client ledger's stamps of a request's steps after its creation.
-STEPS = ("sent", "first_byte", "first_token", "last_byte", "last_ping")
 # The documented exceptions: fault kinds that by their nature wedge a hop other than their
 # target, and why.
 ELSEWHERE = {
@@ -235,24 +233,6 @@ def wedged_requests(
             if finished >= (since if since is not None else at - window_s):
                 found.append(r)
     return found
-
-
-def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
-    """A client ledger record as it was at ``at``: None if not created yet; still pending,
-    without the stamps of later steps (a first byte, a send), if it had not ended by then,
-    whether it ended later or is pending still."""
-    if float(record.get("created") or 0.0) > at:
-        return None
-    finished = record.get("finished")
-    if finished is not None and float(finished) <= at:
-        return record
-    then = {
-        k: v
-        for k, v in record.items()
-        if k not in STEPS or (isinstance(v, int | float) and v <= at)
-    }
-    ended = {"state": "pending", "finished": None, "status": None, "error": None}
-    return cast(ClientRecord, then | ended)
 
 
 def locate(

@@ -212,5 +212,31 @@ def attach_before(obs: Observed, rates: Observed | None, window: Observed | None
         obs.traffic_before, obs.traffic_before_at = window.traffic, window.taken_at
 
 
-def client_records(ledger: ClientLedger) -> list[ClientRecord]:
-    return [cast(ClientRecord, record.to_dict()) for record in ledger.records]
+# The client ledger's stamps of a request's steps after its creation.
+STEPS = ("sent", "first_byte", "first_token", "last_byte", "last_ping")
+
+
+def client_records(ledger: ClientLedger, at: float | None = None) -> list[ClientRecord]:
+    """The ledger's records as they were at ``at`` (default: now, before the copy). The load
+    keeps writing while the records are copied; read as of one instant, a request that ended
+    during the copy is not seen ended by a view whose ages are read at that instant."""
+    at = time.time() if at is None else at
+    copied = (client_as_of(cast(ClientRecord, r.to_dict()), at) for r in ledger.records)
+    return [r for r in copied if r is not None]
+
+
+def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
+    """A client ledger record as it was at ``at``: None if not created yet; still pending,
+    without the stamps of later steps (a first byte, a send), if it had not ended by then,
+    whether it ended later or is pending still."""
+    if float(record.get("created") or 0.0) > at:
+        return None
+    finished = record.get("finished")
+    if finished is not None and float(finished) <= at:
+        return record
+    then = {
+        k: None if k in STEPS and not (isinstance(v, int | float) and v <= at) else v
+        for k, v in record.items()
+    }
+    ended = {"state": "pending", "finished": None, "status": None, "error": None}
+    return cast(ClientRecord, then | ended)

@@ -281,7 +281,9 @@ def collect(
     # The client's view first. Read after it, the servers' counters, breakers and process
     # states show whatever the client saw (they only grow or stick); read before it, a
     # failure the client saw during a slow collection would have no trace on any server.
-    started, records = client if client is not None else (time.time(), client_records(ledger))
+    if client is None:
+        client = (at := time.time(), client_records(ledger, at))
+    started, records = client
     snapshot = read_servers(
         topology, timeout_s, truth=truth, ledgers=True, ledger_timeout_s=ledger_timeout_s, pool=pool
     )

@@ -14,14 +14,15 @@ from test_diagnostics_locator import NOW, record
 
 from pytest_wedge.diagnostics.oracle import (
     InjectedFault,
-    client_as_of,
     elsewhere,
     injected_faults,
     locate,
     wedged_requests,
 )
 from pytest_wedge.evidence.observed import ClientRecord, Observed
+from pytest_wedge.evidence.read_public import client_as_of, client_records
 from pytest_wedge.evidence.snapshot import Snapshot
+from pytest_wedge.load.client_ledger import ClientLedger, RequestRecord
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
 
@@ -305,7 +306,7 @@ def test_judged_at_an_earlier_moment_the_ledgers_read_since_are_read_as_of_it() 
 def test_a_request_still_pending_is_read_without_the_steps_it_took_after_the_moment() -> None:
     pending = {**request(0, age=1.0), "first_byte": NOW - 0.1}
     then = client_as_of(cast(ClientRecord, pending), NOW - 0.3)
-    assert then is not None and "first_byte" not in then and then["state"] == "pending"
+    assert then is not None and then["first_byte"] is None and then["state"] == "pending"
     assert then["sent"] == pending["sent"]
 
 
@@ -324,3 +325,17 @@ def test_recorded_bench_draws(path: Path) -> None:
     snapshot = Snapshot.from_dict(case["snapshot"])
     found = locate(snapshot, "harness", 1.0, faults=faults, at=case.get("at"))
     assert found.location == case["expected"], f"{case['draw']}\n{found.render()}"
+
+
+def test_the_client_view_is_copied_as_of_one_instant() -> None:
+    # The load keeps writing while the ledger is copied: a request that ended after the
+    # instant the view is read at is still pending in it, and one not yet created is absent.
+    ledger = ClientLedger()
+    ended = ledger.add(RequestRecord("r-0", "harness", "http://127.0.0.1:1", created=NOW - 2.0))
+    ended.sent, ended.first_byte = NOW - 1.9, NOW - 0.05
+    ended.finished, ended.state, ended.status = NOW - 0.04, "ok", 200
+    ledger.add(RequestRecord("r-1", "harness", "http://127.0.0.1:1", created=NOW - 0.01))
+    view = client_records(ledger, NOW - 0.1)
+    assert [r["request_id"] for r in view] == ["r-0"]
+    assert view[0]["state"] == "pending" and view[0]["first_byte"] is None
+    assert wedged_requests(view, NOW - 0.1, 1.0, 10.0, None) == view
