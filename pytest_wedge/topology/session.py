@@ -76,7 +76,12 @@ class WedgeSession:
             # Toxiproxy gets ready (about 30 ms) while the first topology's stub fork server
             # imports, which is what a bring-up waits on: its client waits at its first call.
             ready = in_background(wait_ready, runtime, [component], timeout_s=self.ready_timeout_s)
-            self.toxiproxy = ToxiproxyClient(port, ready=ready)
+
+            def restart() -> None:
+                runtime.restart(component.name)
+                wait_ready(runtime, [component], timeout_s=self.ready_timeout_s)
+
+            self.toxiproxy = ToxiproxyClient(port, ready=ready, restart=restart)
         except BaseException:
             self.close()
             raise
