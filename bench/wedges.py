@@ -527,6 +527,15 @@ def _row_line(i: int, total: int, r: dict[str, Any]) -> str:
     return line
 
 
+def _save(
+    out: Path, seed: int, figures: dict[str, float], rows: list[dict[str, Any]], started: float
+) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    wall_s = round(time.time() - started, 1)
+    saved = {"seed": seed, "figures": figures, "draws": rows, "wall_s": wall_s}
+    out.write_text(json.dumps(saved, indent=1))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.wedges")
     parser.add_argument("--draws", type=int, default=int(os.environ.get("WEDGE_BENCH_DRAWS", 400)))
@@ -547,32 +556,22 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     started = time.time()
+    out = Path(args.out)
     with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
         rows = []
         for i, seed in enumerate(seeds):
             rows.append(run_draw(session, draw(seed)))
             print(_row_line(i + 1, len(seeds), rows[-1]), flush=True)
+        figures = summarize(rows)
+        _save(out, args.seed, figures, rows, started)  # kept should the latency run fail
         big = latency_1000_in_flight(session) if not args.replay else []
-    figures = summarize(rows)
     for name in FIGURES:
         report(name, figures[name])
     if big:
         figures["diagnosis_latency_1000_inflight_s"] = statistics.median(big)
         report("diagnosis_latency_1000_inflight_s", statistics.median(big), big)
     report("wedge_draws", figures["draws"])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "seed": args.seed,
-                "figures": figures,
-                "draws": rows,
-                "wall_s": round(time.time() - started, 1),
-            },
-            indent=1,
-        )
-    )
+    _save(out, args.seed, figures, rows, started)
     print(f"# draws written to {out} (replay one: python -m bench.wedges --replay <seed>)")
 
 
