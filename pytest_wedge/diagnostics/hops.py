@@ -343,6 +343,11 @@ def _waiting_for_kv(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None)
         why = str(d.entry.get("error"))[:60]
         return Hold(where, link, f"{d.component} failed the KV transfer: {why}")
     if pstage in ("queued", "prefilling"):
+        cut = ctx.suspect([f"router->{p.component}"])
+        if cut is not None and record.get("state") in FAILED_STATES:
+            # It failed while the prefill still had it: the router's request to it was cut.
+            why = f"it failed while {p.component} was {pstage}; {cut} shows trouble"
+            return Hold(f"{p.component} ({pstage})", cut, why)
         waits = f"{p.component}: {pstage}; {d.component} waits for its KV"
         return Hold(f"{p.component} ({pstage})", p.component, waits)
     kv = f"{p.component} KV {pstage} ({p.state})"
