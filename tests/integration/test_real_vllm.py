@@ -21,6 +21,7 @@ from pytest_wedge.scenarios.catalog import catalog
 from pytest_wedge.scenarios.on_engine import VLLM as ENGINE
 from pytest_wedge.scenarios.on_engine import on_vllm
 from pytest_wedge.scenarios.runner import run_scenario
+from pytest_wedge.waiting import wait_for
 
 # First use makes a 5.7 GB environment (3-6 min) before two engines start (1-3 min).
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("real-vllm")]
@@ -105,5 +106,13 @@ def test_engine_core_stopped_leaves_health_200_and_the_metrics_frozen(wedge_fact
         assert metric_value(httpx.get(decode + "/metrics").text, GENERATED) == generated
     finally:
         wedge.revert(stopped)
+    # vllm-router may have marked the decode unhealthy while its engine stood still (a health
+    # check that timed out on a loaded machine), and answers 503 "No available workers" until
+    # its next check takes it back (routers.md B4).
+    wait_for(
+        lambda: httpx.get(wedge.topology.router_url + "/readiness", timeout=5.0).is_success,
+        timeout_s=60,
+        what="vllm-router to count decode-0 healthy again",
+    )
     answer = httpx.post(wedge.topology.url + "/v1/completions", json=body, timeout=120.0)
     assert answer.status_code == 200, answer.text
