@@ -948,6 +948,17 @@ def test_without_the_routers_in_flight_count_a_decode_waiting_for_kv_is_the_tran
     located(obs, "decode-0->prefill-0", "certain")
 
 
+def test_without_the_routers_in_flight_count_a_stream_with_only_its_head_is_not_the_client() -> (
+    None
+):
+    # vllm-router, a decode engine hung mid-step: the head came, no data, its gauges read 0.
+    head_only = pending(1, first_byte=NOW - 29.0)
+    obs = observed(head_only, workers={"decode-0": {"num_running_reqs": 0.0}})
+    obs.router_in_flight_known = False
+    diagnosis = located(obs, "decode-0", "unknown")
+    assert "no in-flight count" in " ".join(diagnosis.decided_by), diagnosis.render()
+
+
 def test_without_the_routers_in_flight_count_nobody_holding_them_is_the_router() -> None:
     obs = observed(pending())
     obs.router_in_flight_known = False

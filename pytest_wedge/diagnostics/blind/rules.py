@@ -429,6 +429,14 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
     decodes = s.engaged("decode")
     if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
         return v
+    if not decodes and not s.obs.router_in_flight_known:
+        # Without the router's count, "nothing in flight" is not seen: a decode whose engine
+        # hangs mid-step shows stale gauges, and the head it sent says it had them.
+        only = s.role("decode")
+        where = only[0].name if len(only) == 1 else "router"
+        said = f"{n} streams {kind}; no decode's gauges hold them"
+        untold = "this router keeps no in-flight count: the decode or the router holds them"
+        return s.verdict(where, UNKNOWN, said, untold)
     if not decodes:
         admitted = float(s.obs.router.get("admission_inflight", 0.0))
         if kind == "head only" and admitted < max(1.0, n / 2):
