@@ -216,11 +216,10 @@ def attach_before(obs: Observed, rates: Observed | None, window: Observed | None
 STEPS = ("sent", "first_byte", "first_token", "last_byte", "last_ping")
 
 
-def client_records(ledger: ClientLedger, at: float | None = None) -> list[ClientRecord]:
-    """The ledger's records as they were at ``at`` (default: now, before the copy). The load
-    keeps writing while the records are copied; read as of one instant, a request that ended
-    during the copy is not seen ended by a view whose ages are read at that instant."""
-    at = time.time() if at is None else at
+def client_records(ledger: ClientLedger, at: float) -> list[ClientRecord]:
+    """The ledger's records as they were at ``at``, taken just before the copy. The load keeps
+    writing while the records are copied; read as of one instant, a request that ended during
+    the copy is not seen ended by a view whose ages are read at that instant."""
     copied = (client_as_of(cast(ClientRecord, r.to_dict()), at) for r in ledger.records)
     return [r for r in copied if r is not None]
 

@@ -187,11 +187,11 @@ class ToxiproxyClient:
         except ToxiproxyError:
             if self._restart is None:
                 raise
-            response = None
-        if response is not None and response.is_success:
-            return
-        if response is not None and (response.status_code != 503 or self._restart is None):
-            raise self._refused(response, "reset", None)
+        else:
+            if response.is_success:
+                return
+            if response.status_code != 503 or self._restart is None:
+                raise self._refused(response, "reset", None)
         self._start_afresh()
 
     def _start_afresh(self) -> None:
