@@ -126,6 +126,8 @@ class Observed:
     started: dict[str, float] = field(default_factory=dict)  # process start times
     unanswered: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[str]] = field(default_factory=dict)
+    # Per worker, when the router's log last said it read an error status from that worker.
+    error_answers_read: dict[str, float] = field(default_factory=dict)
     collect_s: float = 0.0
     # When the client ledger was copied: first, before any server was read, so the servers'
     # counters and sticky states already hold the trace of everything the client saw.

@@ -6,6 +6,7 @@ our own texts (faults added, per-request origins), which no real engine writes."
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 LOG_TAIL_BYTES = 4096
 REAL_ENGINE_READ_S = 1.0  # a Kubernetes probe's default timeoutSeconds
 LOG_TAIL_LINES = 12
+ROUTER_LOG_SCAN_BYTES = 256 * 1024
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# smg's line when a worker answered a PD leg with an error status (pd_router.rs): the router
+# read that answer, so the link to the worker carried it.
+_WORKER_ERROR_STATUS = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s.*server returned error status \w+_url=(\S+)"
+)
 Jobs = dict[str, Callable[[], Any]]
 
 
@@ -101,6 +109,28 @@ def log_tails(topology: Topology) -> dict[str, list[str]]:
     return tails
 
 
+def error_answers_read(topology: Topology) -> dict[str, float]:
+    """Per worker, when the router last logged reading an error status from it (the end of
+    the logged second, ``time.time()`` scale): what an operator greps the router log for."""
+    path = topology.runtime.log_path("router")
+    if not path or not Path(path).is_file():
+        return {}
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - ROUTER_LOG_SCAN_BYTES))
+        text = f.read().decode(errors="replace")
+    names = router_worker_names(topology)
+    read: dict[str, float] = {}
+    for line in text.splitlines():
+        if "returned error status" not in line:
+            continue
+        found = _WORKER_ERROR_STATUS.match(_ANSI.sub("", line))
+        if found and (worker := names.get(found[2].rstrip("/"))) is not None:
+            # The router logs its local time to the second.
+            read[worker] = time.mktime(time.strptime(found[1], "%Y-%m-%d %H:%M:%S")) + 1.0
+    return read
+
+
 def _health(url: str, timeout_s: float) -> float:
     """Seconds ``/health`` took to answer (an error or a timeout raises)."""
     started = time.perf_counter()
@@ -151,6 +181,7 @@ def observed_jobs(
         add("router workers", partial(get, addr["router"] + "/workers", timeout_s), timeout_s)
         add("processes", partial(processes, topology), timeout_s)
         add("logs", partial(log_tails, topology), timeout_s)
+        add("router log", partial(error_answers_read, topology), timeout_s)
     return jobs, timeouts
 
 
@@ -200,6 +231,7 @@ def fill_observed(
         if started is not None:
             obs.started[name] = started
     obs.logs = results.get("logs", obs.logs)
+    obs.error_answers_read = results.get("router log", obs.error_answers_read)
 
 
 def attach_before(obs: Observed, rates: Observed | None, window: Observed | None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +25,7 @@ from test_blind_rules import ADDRESS, NOW, in_flight, observed, pending, record
 
 from pytest_wedge.diagnostics.blind import locate_blind
 from pytest_wedge.evidence.observed import Observed
-from pytest_wedge.evidence.read_public import log_tails
+from pytest_wedge.evidence.read_public import error_answers_read, log_tails
 from pytest_wedge.evidence.snapshot import Snapshot, fill
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_wedge"
@@ -256,6 +257,30 @@ def test_no_stub_log_is_read_into_observed(tmp_path: Path) -> None:
         runtime=SimpleNamespace(log_path=lambda name: str(tmp_path / f"{name}.log")),
     )
     assert list(log_tails(topology)) == ["router"]  # type: ignore[arg-type]
+
+
+def test_the_router_log_says_which_workers_answered_with_error_statuses(tmp_path: Path) -> None:
+    lines = [
+        '\x1b[2m2026-12-05 04:31:11\x1b[0m \x1b[31mERROR\x1b[0m http_request{request_id="s-1"}: '
+        "pd_router.rs:1195: Decode server returned error status "
+        "decode_url=http://127.0.0.1:46031 status=500 Internal Server Error",
+        "2026-12-05 04:31:12 ERROR pd_router.rs:2326: Prefill server returned error status "
+        "prefill_url=http://127.0.0.1:46717 status=503 Service Unavailable body=",
+        "2026-12-05 04:31:13 ERROR Decode server returned error status "
+        "decode_url=http://127.0.0.1:1 status=500",  # not a worker of this topology
+    ]
+    (tmp_path / "router.log").write_text("\n".join(lines) + "\n")
+    link = SimpleNamespace
+    topology = SimpleNamespace(
+        links={
+            "router->decode-0": link(listen="127.0.0.1:46031", spec=link(target="decode-0")),
+            "router->prefill-0": link(listen="127.0.0.1:46717", spec=link(target="prefill-0")),
+        },
+        runtime=SimpleNamespace(log_path=lambda name: str(tmp_path / f"{name}.log")),
+    )
+    read = error_answers_read(topology)  # type: ignore[arg-type]
+    second = time.mktime(time.strptime("2026-12-05 04:31:11", "%Y-%m-%d %H:%M:%S"))
+    assert read == {"decode-0": second + 1.0, "prefill-0": second + 2.0}
 
 
 def test_the_locator_takes_no_fault_window() -> None:

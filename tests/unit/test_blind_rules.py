@@ -758,6 +758,50 @@ def test_refusals_over_a_link_that_swallows_bytes_name_the_link() -> None:
     located(obs, "router->prefill-0", "likely")
 
 
+def test_bytes_swallowed_on_legs_the_router_gave_up_are_no_broken_link() -> None:
+    # Both workers answered 500 and opened decode-0's breaker; the router gave up the decode
+    # legs of pairs whose prefill had failed, so the decode's answers never left its link.
+    obs = observed(
+        refused(),
+        router={
+            "cb_state": {"decode-0": 1.0},
+            "errors": [
+                {"worker_type": "decode", "error_type": "backend_error", "value": 3.0},
+                {"worker_type": "prefill", "error_type": "backend_error", "value": 3.0},
+            ],
+        },
+        traffic={"router->decode-0": {"downstream_in": 4451.0, "downstream_out": 3755.0}},
+        traffic_before={"router->decode-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
+        error_answers_read={"decode-0": NOW - 1.0, "prefill-0": NOW - 1.0},
+    )
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.location in ("router", "prefill-0", "decode-0"), diagnosis.render()
+    assert any(r.startswith("router->decode-0: in the window") for r in diagnosis.ruled_out)
+
+
+def test_a_prefill_leg_given_up_after_the_decode_answered_an_error_is_no_broken_link() -> None:
+    obs = observed(
+        refused(),
+        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
+        traffic={"router->prefill-0": {"downstream_in": 1484.0, "downstream_out": 742.0}},
+        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
+        error_answers_read={"decode-0": NOW - 0.5},
+    )
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.location != "router->prefill-0", diagnosis.render()
+
+
+def test_error_answers_read_before_the_window_leave_the_swallowed_bytes_to_the_link() -> None:
+    obs = observed(
+        refused(),
+        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
+        traffic={"router->prefill-0": {"downstream_in": 5000.0, "downstream_out": 200.0}},
+        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
+        error_answers_read={"decode-0": NOW - 30.0, "prefill-0": NOW - 1.0},
+    )
+    located(obs, "router->prefill-0", "likely")
+
+
 def test_a_bootstrap_server_that_refuses_is_its_prefill() -> None:
     error = (
         'HTTP 502: data: {"error":{"message":{"object":"error","message":"bootstrap failed: '

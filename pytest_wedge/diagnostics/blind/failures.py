@@ -106,8 +106,12 @@ def _refused_over_a_link(s: Servers, refusing: str) -> Verdict | None:
         v.because.append(refusing)
         return v
     for link in links:
-        if (gap := s.swallowed_line(link)) is not None:
-            return s.verdict(link, LIKELY, gap, refusing)
+        if (gap := s.swallowed_line(link)) is None:
+            continue
+        if (answered := s.read_answers_over(link)) is not None:
+            s.rule_out(link, answered)
+            continue
+        return s.verdict(link, LIKELY, gap, refusing)
     for d in s.role("decode"):
         if d.transfer_broken:  # transfers broke on the wire, which opened the breakers
             p = s.failing("prefill")

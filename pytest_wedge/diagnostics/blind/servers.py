@@ -351,6 +351,25 @@ class Servers:
                 self.rule_out(link, CARRIES_HEALTH)
         return None
 
+    def read_answers_over(self, link: str) -> str | None:
+        """Why the bytes ``link`` swallowed are no sign of a broken link: in the window the
+        router read error statuses from workers of the other role, and gave up the legs of
+        those pairs on this link (the answer of a leg given up is read, never delivered)."""
+        source, worker = link.split("->", 1)
+        since = self.obs.traffic_before_at
+        if source != "router" or since is None or worker not in self.workers:
+            return None
+        role = "decode" if self.workers[worker].role == "prefill" else "prefill"
+        read = self.obs.error_answers_read
+        partners = [w.name for w in self.role(role) if (t := read.get(w.name)) and t >= since]
+        if not partners:
+            return None
+        return (
+            f"in the window the router read error statuses from {', '.join(partners)} (its log: "
+            "'server returned error status') and gave up their pairs' other legs: the bytes "
+            "it swallowed are those legs' answers"
+        )
+
     def swallowed_line(self, link: str) -> str | None:
         if not (gaps := self.obs.swallowed(link)):
             return None
