@@ -245,8 +245,14 @@ class CoRestart(Fault):
         return verify_restarted(self, topology.pd_pair(self.target), topology, applied_at)
 
 
-# The processes of one vLLM engine (the vllm worker kind), by the title vLLM gives each.
-ENGINE_PROCESSES = {"api-server": "", "engine-core": "VLLM::EngineCore", "worker": "VLLM::Worker"}
+# The processes of one vLLM engine (the vllm worker kind), by the titles vLLM gives them, the
+# first one found: without multiprocessing in the engine (how the kind runs it) the model runs
+# inside the EngineCore, which is then also the worker.
+ENGINE_PROCESSES = {
+    "api-server": (),
+    "engine-core": ("VLLM::EngineCore",),
+    "worker": ("VLLM::Worker", "VLLM::EngineCore"),
+}
 
 
 def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psutil.Process]:
@@ -268,17 +274,19 @@ def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psu
     tree = _process_tree(topology.runtime.pid(fault.target))
     if process == "api-server":
         return tree[:1]
-    title = ENGINE_PROCESSES[process]
-    found = []
-    for candidate in tree[1:]:
-        try:
-            if " ".join(candidate.cmdline()).startswith(title):
-                found.append(candidate)
-        except psutil.Error:
-            continue
-    if not found:
-        raise FaultNotApplied(fault, expected=f"a {title} process", seen="none in the engine")
-    return found
+    titles = ENGINE_PROCESSES[process]
+    for title in titles:
+        found = []
+        for candidate in tree[1:]:
+            try:
+                if " ".join(candidate.cmdline()).startswith(title):
+                    found.append(candidate)
+            except psutil.Error:
+                continue
+        if found:
+            return found
+    wanted = " or ".join(titles)
+    raise FaultNotApplied(fault, expected=f"a {wanted} process", seen="none in the engine")
 
 
 @register
