@@ -8,9 +8,9 @@ a draw that never showed is a ``none`` draw, counted apart, where any verdict bu
 failed draw: nothing it shows after could be blamed on the fault. Failed draws count as
 failures and ``unknown`` is never right, as in
 ``bench.wedges``. The faults: every network fault on every proxied link, ``Pause`` of each
-component, ``Kill`` of each engine, and ``PauseEngineProcess`` (the EngineCore or the Worker
-of one engine). On ``decode-0->prefill-0`` a fault reaches the NIXL handshake only, which the
-engines made at bring-up: such a draw is expected not to show.
+component, ``Kill`` of each engine, and ``PauseEngineProcess`` (the EngineCore, which runs
+the model, of one engine). On ``decode-0->prefill-0`` a fault reaches the NIXL handshake only,
+which the engines made at bring-up: such a draw is expected not to show.
 
     python -m bench.real_wedges [--draws 40] [--seed S] [--router vllm-router]
 """
@@ -88,8 +88,8 @@ def draw(seed: int) -> RealDraw:
         params = NETWORK[fault](rnd)
     else:
         hop = rnd.choice(PROCESS[fault])
-        process = rnd.choice(["engine-core", "worker"])
-        params = {"process": process} if fault == "PauseEngineProcess" else {}
+        # The model runs inside the EngineCore: the worker is that same process.
+        params = {"process": "engine-core"} if fault == "PauseEngineProcess" else {}
     return RealDraw(seed, fault, hop, params, round(rnd.uniform(0.1, 1.2), 2))
 
 

@@ -293,8 +293,10 @@ def engine_processes(fault: Fault, process: str, topology: Topology) -> list[psu
 @dataclass(frozen=True)
 class PauseEngineProcess(ComponentFault):
     """SIGSTOP of one process of a vLLM engine (``process``: ``api-server``, ``engine-core`` or
-    ``worker``). With EngineCore or Worker stopped the API server still answers ``/health`` 200
-    and serves ``/metrics`` frozen while nothing is generated. Reverted by SIGCONT.
+    ``worker``, the process that runs the model: the EngineCore as the vllm kind runs it, a
+    ``VLLM::Worker`` where the engine has one). With it stopped the API server still answers
+    ``/health`` 200 and serves ``/metrics`` frozen while nothing is generated. Reverted by
+    SIGCONT.
 
     A stub worker is one process: there ``engine-core`` and ``worker`` freeze its engine loop
     (``FreezeEngineLoop``, through its control API) with the same signs, and ``api-server`` is

@@ -33,18 +33,14 @@ MODEL_RECIPE = 2  # raised whenever tiny_llama.py changes what it makes
 MODEL_S = 300.0
 MAX_MODEL_LEN = 2048
 ENGINE_READY_S = 600.0  # the least ready timeout for vLLM engines (214 s seen at load 13-18)
-# A test's engine gives up on a hung model step after this long (vLLM's default is 300 s).
-EXECUTE_MODEL_TIMEOUT_S = 30
-# NIXL's UCX progress thread polls without sleeping (its wait is 0): about 2 cores for an idle
-# 1P+1D. With a wait it sleeps, but transfers then stall (at 1 ms, eight concurrent PD requests
-# hung a decode's worker until the 30 s model timeout). Without the thread (vLLM's steps then
-# progress UCX) an idle 1P+1D took 0.03-0.09 cores, but a worker hung in its step, for the
-# 30 s model timeout that kills the engine, in the same second as a NIXL handshake: a prefill
-# died warming up in 3 of about 12 bring-ups. A topology that cannot be brought up costs more
-# than idle cores, so the thread stays on by default (docs/testing-on-a-real-engine.md);
-# WEDGE_NIXL_PROGRESS_THREAD=0 in pytest's environment turns it off, and
+# NIXL's UCX progress thread polls without sleeping (its wait is 0): about one core per idle
+# engine. Without it the engines' own steps progress UCX: an idle 1P+1D takes 0.03 cores and
+# bursts of eight PD requests took 0.1-1.8 s (0.5-8 s with the thread), all of them done, once
+# the model ran inside the EngineCore (below). With the model in a separate worker process,
+# thread-less workers hung in their steps at NIXL handshakes (docs/testing-on-a-real-engine.md).
+# WEDGE_NIXL_PROGRESS_THREAD=1 in pytest's environment turns the thread on, and
 # WEDGE_NIXL_PROGRESS_DELAY_US sets its wait (microseconds).
-PROGRESS_THREAD = "1"
+PROGRESS_THREAD = "0"
 THREAD_VARIABLE = "WEDGE_NIXL_PROGRESS_THREAD"
 PROGRESS_DELAY_US = 0
 DELAY_VARIABLE = "WEDGE_NIXL_PROGRESS_DELAY_US"
@@ -130,7 +126,7 @@ def engine_argv(install: EngineInstall, model_name: str, port: int, role: str) -
         *("--model", install.model, "--served-model-name", model_name),
         *("--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN)),
         *("--enforce-eager", "--dtype", "bfloat16"),
-        # Measured faster to start and to run than the multiprocess executor (real-vllm.md).
+        # In the EngineCore's own process, with VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine_env).
         *("--distributed-executor-backend", "uni"),
         *("--kv-transfer-config", json.dumps(kv, separators=(",", ":"))),
     )
@@ -152,7 +148,10 @@ def engine_env(
         "UCX_NET_DEVICES": "lo",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port),
-        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_MODEL_TIMEOUT_S),
+        # The model runs inside the EngineCore (the uni executor): otherwise vLLM's CPU platform
+        # makes it the multiprocess one, whose EngineCore spins on a shared-memory queue while
+        # a separate worker process steps, and engines hung in their steps (measured).
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "PYTHONPATH": install.plugin_dir,
         "WEDGE_NIXL_ROUTE": ",".join(f"{a}={b}" for a, b in routes.items()),
         THREAD_VARIABLE: os.environ.get(THREAD_VARIABLE, PROGRESS_THREAD),

@@ -121,7 +121,9 @@ def describe_worker(
         return ComponentDescription(name, "worker", "(not started)", UNKNOWN_VERSION, started)
     if spec.worker(name).kind == "vllm":
         started = f"the vllm worker kind, started by pytest-wedge on the {runtime} runtime in "
-        started += f"its own process group (API server, EngineCore, Worker); {PUBLIC_ONLY}"
+        started += (
+            f"its own process group (API server, EngineCore running the model); {PUBLIC_ONLY}"
+        )
         return ComponentDescription(name, "vllm", argv[0], f"{ENGINE} {ENGINE_VERSION}", started)
     if foreign or STUB_MODULE not in argv:
         started = f"started by pytest-wedge from the user's command {shlex.join(argv)!r}"

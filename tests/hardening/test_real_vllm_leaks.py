@@ -1,4 +1,4 @@
-"""Nothing of a real vLLM engine outlives its session. The engine forks (API server, EngineCore, Worker),
+"""Nothing of a real vLLM engine outlives its session. The engine forks (API server, EngineCore),
 so each runs in its own process group; every process an inner session starts carries the leak
 mark, EngineCore included. One inner session on real engines (a bring-up costs minutes) goes
 through a pass, a failure and a pytest-timeout, then is interrupted (SIGINT) in a hang; after

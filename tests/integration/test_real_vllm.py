@@ -67,7 +67,7 @@ ONLY_IN_MAKE_REAL = pytest.mark.skipif(not ALL, reason="a second bring-up: make 
 @pytest.mark.parametrize("router", ["vllm-router", pytest.param("smg", marks=ONLY_IN_MAKE_REAL)])
 def test_the_decode_pulls_the_prompts_kv_from_the_prefill(wedge_factory: Any, router: str) -> None:
     wedge = open_on(wedge_factory, router)
-    # API server, EngineCore, Worker and helpers, all in the API server's process group.
+    # API server, EngineCore (running the model) and helpers, all in the API server's process group.
     assert len(engine_group(wedge, "decode-0")) >= 3
     before = pulled_tokens(wedge)
     prompt = "the router sends the prefill a request and the decode waits for its kv " * 4

@@ -65,19 +65,26 @@ def test_each_engine_has_its_side_channel_and_each_decode_reaches_prefills_throu
     assert argv[argv.index("--model") + 1] == "/m"
 
 
-def test_nixl_progress_thread_is_on_unless_pytest_environment_turns_it_off(
+def test_nixl_progress_thread_is_off_unless_pytest_environment_turns_it_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("WEDGE_NIXL_PROGRESS_THREAD", raising=False)
     monkeypatch.delenv("WEDGE_NIXL_PROGRESS_DELAY_US", raising=False)
     env = rendered(real())["decode-0"][1]
-    assert env["WEDGE_NIXL_PROGRESS_THREAD"] == "1" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "0"
-    monkeypatch.setenv("WEDGE_NIXL_PROGRESS_THREAD", "0")
+    assert env["WEDGE_NIXL_PROGRESS_THREAD"] == "0" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "0"
+    monkeypatch.setenv("WEDGE_NIXL_PROGRESS_THREAD", "1")
     monkeypatch.setenv("WEDGE_NIXL_PROGRESS_DELAY_US", "2000")
     env = rendered(real())["prefill-0"][1]
     assert (
-        env["WEDGE_NIXL_PROGRESS_THREAD"] == "0" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "2000"
+        env["WEDGE_NIXL_PROGRESS_THREAD"] == "1" and env["WEDGE_NIXL_PROGRESS_DELAY_US"] == "2000"
     )
+
+
+def test_the_model_runs_inside_the_engine_core() -> None:
+    argv, env = rendered(real())["decode-0"]
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "uni"
+    # Else vLLM's CPU platform makes the uni executor the multiprocess one.
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
 def test_smg_learns_real_engines_by_registration_and_vllm_router_by_its_flags() -> None:
