@@ -46,7 +46,13 @@ from pytest_wedge.faults import (
 )
 from pytest_wedge.handle import Wedge
 from pytest_wedge.routers.router_spec import RouterSpec
-from pytest_wedge.scenarios.on_engine import AGENTS, CLIENT_DEADLINE_S, OVERDUE_S, VLLM
+from pytest_wedge.scenarios.on_engine import (
+    AGENTS,
+    CLIENT_DEADLINE_S,
+    HISTORY_ROUNDS,
+    OVERDUE_S,
+    VLLM,
+)
 from pytest_wedge.spec.topology import TopologySpec
 from pytest_wedge.topology.session import WedgeSession
 from pytest_wedge.waiting import poll, wait_for
@@ -130,7 +136,11 @@ def run_draw(session: WedgeSession, spec: TopologySpec, d: RealDraw) -> dict[str
 
 def _draw(wedge: Wedge, d: RealDraw, row: dict[str, Any]) -> None:
     harness = wedge.harness(
-        agents=AGENTS, rounds=1000, max_tokens=2, client_timeout_s=CLIENT_DEADLINE_S
+        agents=AGENTS,
+        rounds=1000,
+        history_rounds=HISTORY_ROUNDS,
+        max_tokens=2,
+        client_timeout_s=CLIENT_DEADLINE_S,
     )
     began = time.time()
     wait_for(lambda: harness.progress() >= 4, timeout_s=60, what="a healthy start")

@@ -133,6 +133,7 @@ class Wedge:
         stream: bool = True,
         leak_streams: bool = False,
         think_time_s: float = 0.0,
+        history_rounds: int | None = None,
         model: str | None = None,
         max_duration_s: float = 120.0,
         extra_body: Mapping[str, Any] | None = None,

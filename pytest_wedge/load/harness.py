@@ -65,7 +65,9 @@ class Harness(BackgroundLoad):
     """``agents`` agents x ``rounds`` sequential rounds, each retried up to ``retries`` times.
 
     Bounded twice: by count (agents x rounds x (1 + retries) requests) and by time
-    (``max_duration_s``). With ``leak_streams`` every response is left open after its head and
+    (``max_duration_s``). Each request carries the agent's opening and its past rounds, the
+    last ``history_rounds`` of them when set: a real model's context is bounded (2048 tokens for
+    the vllm kind's tiny model, about 40 rounds), and agents then drop their oldest rounds. With ``leak_streams`` every response is left open after its head and
     the agent moves on: the pool drains one connection per request, and with
     ``max_connections`` set the rest wait for a connection forever, never sent.
     """
@@ -86,6 +88,7 @@ class Harness(BackgroundLoad):
         stream: bool = True,
         leak_streams: bool = False,
         think_time_s: float = 0.0,
+        history_rounds: int | None = None,
         model: str = "stub-model",
         ledger: ClientLedger | None = None,
         max_duration_s: float = 120.0,
@@ -109,10 +112,11 @@ class Harness(BackgroundLoad):
             run_id=run_id,
             client=client,
         )
-        if agents < 1 or rounds < 1 or retries < 0:
+        if agents < 1 or rounds < 1 or retries < 0 or (history_rounds or 0) < 0:
             raise ValueError(
-                f"Harness needs agents >= 1, rounds >= 1 and retries >= 0; got "
-                f"agents={agents}, rounds={rounds}, retries={retries}"
+                f"Harness needs agents >= 1, rounds >= 1, retries >= 0 and history_rounds >= 0 "
+                f"or None; got agents={agents}, rounds={rounds}, retries={retries}, "
+                f"history_rounds={history_rounds}"
             )
         self.agents = agents
         self.rounds = rounds
@@ -121,6 +125,7 @@ class Harness(BackgroundLoad):
         self.stream = stream
         self.leak_streams = leak_streams
         self.think_time_s = think_time_s
+        self.history_rounds = history_rounds
 
     @property
     def max_requests(self) -> int:
@@ -136,14 +141,20 @@ class Harness(BackgroundLoad):
 
     async def _agent(self, client: ChatClient, fake: Faker, agent: int) -> None:
         script = _script(fake, self.seed, agent, self.rounds)
-        history = list(script.opening)
+        past: list[dict[str, Any]] = []
         for round_, (call, result) in enumerate(script.turns):
-            record = await self._round(client, agent, round_, history)
+            record = await self._round(client, agent, round_, [*script.opening, *self._kept(past)])
             if record.state == "pending":
                 continue  # a leaked stream: the agent moves on, as the buggy client did
-            history += [call, result]
+            past += [call, result]
             if self.think_time_s > 0 and round_ + 1 < self.rounds:
                 await asyncio.sleep(self.think_time_s)
+
+    def _kept(self, past: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The past rounds' messages a request carries (two per round)."""
+        if self.history_rounds is None:
+            return past
+        return past[max(0, len(past) - 2 * self.history_rounds) :]
 
     async def _round(
         self, client: ChatClient, agent: int, round_: int, history: list[dict[str, Any]]

@@ -48,6 +48,9 @@ OPTION_MEANINGS: Mapping[str, str] = MappingProxyType(
         "Harness.leak_streams": "Leave every response open after its head and move on, as the buggy "
         "client of incident 6 did: the pool loses one connection per request.",
         "Harness.think_time_s": "Seconds an agent waits between its rounds.",
+        "Harness.history_rounds": "How many past rounds each request carries (the opening "
+        "always): a real model's context is bounded (about 40 rounds of the vllm kind's tiny "
+        "model). None: all of them.",
         # -- StrayRequester ---------------------------------------------------------------------------
         "StrayRequester.rate_per_s": "Requests started per second, open loop: they go out on "
         "schedule whether or not earlier ones finished.",

@@ -23,6 +23,10 @@ STRAY_TOKENS = 4
 # The client's deadline: vLLM 0.32's decode was seen keeping a request deferred after its KV
 # had arrived (docs/testing-on-a-real-engine.md); such requests end as timeouts, not unfinished.
 CLIENT_DEADLINE_S = 20.0
+# Past rounds an agent's request carries: 16 keep it near 900 tokens, within the tiny model's
+# 2048 (an agent with all its rounds passed it after about 40, and every request was then
+# answered 400, thousands of failures a second that read as a wedge).
+HISTORY_ROUNDS = 16
 # A healthy 2-token request took up to about 2 s on two loaded cores (16 tokens 2-8 s): the
 # stubs' 1 s would call healthy requests overdue, and locate whatever held them at that moment.
 OVERDUE_S = 5.0
@@ -60,6 +64,7 @@ def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario
         "agents": min(int(on_router.harness.get("agents", AGENTS)), AGENTS),
         "max_tokens": min(int(on_router.harness.get("max_tokens", max_tokens)), max_tokens),
         "client_timeout_s": CLIENT_DEADLINE_S,
+        "history_rounds": HISTORY_ROUNDS,
     }
     rounds = int(harness.get("rounds", 1))
     # The finish budget holds every round meeting the client's deadline.

@@ -37,6 +37,20 @@ ChatServer: Any = _server_module().ChatServer
 wait_until: Any = _server_module().wait_until
 
 
+def test_a_bounded_history_carries_the_opening_and_the_last_rounds() -> None:
+    with (
+        ChatServer() as server,
+        Harness(server.base_url, agents=1, rounds=5, history_rounds=2, run_id="hr") as h,
+    ):
+        assert h.wait(20)
+    by_id = {r["body"]["wedge_request_id"]: r["body"]["messages"] for r in server.requests}
+    sizes = [len(by_id[f"harness-hr-a0-r{n}-t0"]) for n in range(5)]
+    assert sizes == [2, 4, 6, 6, 6]
+    last, before = by_id["harness-hr-a0-r4-t0"], by_id["harness-hr-a0-r3-t0"]
+    assert last[:2] == before[:2]  # the opening stays
+    assert last[2]["tool_calls"][0]["id"] == "call_0_2"  # rounds 0 and 1 were dropped
+
+
 @pytest.mark.timeout(30)
 def test_harness_runs_its_rounds_and_stops_by_itself() -> None:
     with ChatServer() as server, Harness(server.base_url, agents=5, rounds=3, run_id="ok") as h:
