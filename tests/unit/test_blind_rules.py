@@ -1008,3 +1008,18 @@ def test_without_the_routers_in_flight_count_nobody_holding_them_is_the_router()
     obs.router_in_flight_known = False
     diagnosis = located(obs, "router", "likely")
     assert "keeps no in-flight count" in diagnosis.decided_by[0]
+
+
+def test_without_the_routers_in_flight_count_a_stopped_prefill_is_seen_before_its_decode() -> None:
+    # vllm-router, prefill-0's process group stopped: its /metrics never answers, so no gauge
+    # of it gives the router a share there, while decode-0 holds requests waiting for its KV.
+    obs = observed(
+        pending(4, age=6.0),
+        workers={"decode-0": {"num_queue_reqs": 4.0}},
+        processes={"prefill-0": "stopped"},
+        health={"prefill-0": "did not answer within 1.00 s (ReadTimeout)"},
+    )
+    del obs.workers["prefill-0"], obs.workers_before["prefill-0"]
+    obs.unanswered["prefill-0 metrics"] = "did not answer within 1.00 s (ReadTimeout)"
+    obs.router_in_flight_known = False
+    located(obs, "prefill-0", "certain")

@@ -298,8 +298,15 @@ class Servers:
 
     # -- workers ----------------------------------------------------------------------------
     def engaged(self, role: str) -> list[Worker]:
-        """Workers of ``role`` the router has requests in flight to, busiest first."""
-        found = [w for w in self.workers.values() if w.role == role and w.in_flight > 0]
+        """Workers of ``role`` the router has requests in flight to, busiest first. Behind a
+        router that keeps no per-worker count, also a worker whose gauges could not be read:
+        what it holds cannot be seen (a stopped engine answers nothing)."""
+        unseen = not self.obs.router_in_flight_known
+        found = [
+            w
+            for w in self.workers.values()
+            if w.role == role and (w.in_flight > 0 or (unseen and not w.metrics_read))
+        ]
         return sorted(found, key=lambda w: -w.in_flight)
 
     def role(self, role: str) -> list[Worker]:
