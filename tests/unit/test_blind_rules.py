@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pytest_wedge.diagnostics import Diagnosis, locate_blind
 from pytest_wedge.evidence.observed import Observed
 
@@ -1023,3 +1025,19 @@ def test_without_the_routers_in_flight_count_a_stopped_prefill_is_seen_before_it
     obs.unanswered["prefill-0 metrics"] = "did not answer within 1.00 s (ReadTimeout)"
     obs.router_in_flight_known = False
     located(obs, "prefill-0", "certain")
+
+
+@pytest.mark.parametrize(("direct_s", "expected"), [(0.3, "router->decode-0"), (0.7, "decode-0")])
+def test_a_link_probe_that_timed_out_counts_when_its_far_end_answered_within_half_of_it(
+    direct_s: float, expected: str
+) -> None:
+    # A real engine's probes get 1 s: its /health answered directly in 0.3 s is brisk enough to
+    # blame the link whose probe got nothing in 1 s; in 0.7 s it could have been the engine.
+    obs = observed(
+        pending(4, age=6.0),
+        router=in_flight(decode_0=4.0),
+        workers={"decode-0": {"num_queue_reqs": 4.0}},
+        health={"via router->decode-0": "did not answer within 1.00 s (ReadTimeout)"},
+    )
+    obs.health_s["decode-0"] = direct_s
+    located(obs, expected, "likely")

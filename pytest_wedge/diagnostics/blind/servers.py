@@ -4,6 +4,7 @@ the share sent straight to it is in the client ledger, the rest has an unknown o
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pytest_wedge.diagnostics.diagnosis import window_rate
@@ -20,7 +21,11 @@ RATE_WINDOW_S = 1.0
 # ending so is dropped without doubt when the verdict names that hop after all.
 CARRIES_HEALTH = "it carries /health to its far end"
 ANSWERS_HEALTH = "answers /health and /metrics on its own ports"
-BRISK_S = 0.1  # a direct /health answer this fast makes a timeout through the link telling
+# A far end that answered /health directly within this share of the time its probe through a
+# link was given did not make that probe time out: the link did (0.1 s of a stub's 0.2 s, 0.5 s
+# of a real engine's 1 s).
+BRISK_SHARE = 0.5
+_WAITED = re.compile(r"did not answer within ([0-9.]+) s")
 HELD_GAUGES = (
     "num_queue_reqs",
     "num_running_reqs",
@@ -352,7 +357,9 @@ class Servers:
                 if "within" not in self.obs.health.get(f"via {link}", ""):
                     return self.verdict(link, CERTAIN, why)  # refused or reset: no doubt
                 # A timeout through the link counts only when the far end answered briskly.
-                if self.obs.health_s.get(self.obs.far_end(link), 1.0) < BRISK_S:
+                waited = _WAITED.search(self.obs.health.get(f"via {link}", ""))
+                direct_s = self.obs.health_s.get(self.obs.far_end(link))
+                if waited and direct_s is not None and direct_s < float(waited[1]) * BRISK_SHARE:
                     return self.verdict(link, LIKELY, why)
             if self.obs.health.get(f"via {link}") == "ok":
                 self.rule_out(link, CARRIES_HEALTH)
