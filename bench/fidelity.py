@@ -71,9 +71,33 @@ _SLOW_FIRST_TOKEN = Explanation(
     "stubs' pace (a token every 5 ms), fires on healthy work; on such an engine the limit "
     "belongs above its slowest healthy first token",
 )
+_DECODE_SHAKES_HANDS_AGAIN = Explanation(
+    shows="the diagnosis says none",
+    why="vLLM's NIXL decode, restarted alone, shakes hands with the prefill again and pulls "
+    "its KV (every request of the run finished, none lost): the stranded transfer is "
+    "SGLang's (incident 2), whose bootstrap rooms the stub keeps",
+)
+_KV_MEMORY_TO_SPARE = Explanation(
+    shows="the diagnosis says none",
+    why="the wedge is the stub's decode short of KV memory (prealloc_slots = 4, dropped on an "
+    "engine); the real decode's 1 GiB KV cache holds every request of the scaled load (4 "
+    "agents of 2 tokens) at once, so none waits (vLLM has no bootstrap queue either)",
+)
+_STREAMS_SHORTER_THAN_THE_CAP = Explanation(
+    shows="the watchdogs left it alone",
+    why="a CPU engine streams the scenario's 16 tokens in well under the 2 s cap (bursts of "
+    "eight 16-token PD requests took 0.1-1.8 s), so no healthy stream outlasts it; the stub's "
+    "streams are paced (75 ms a token) to do so",
+)
 EXPLAINED: dict[tuple[str, str], Explanation] = {
     ("no-progress-watchdog-spares-healthy-streams", "smg"): _SLOW_FIRST_TOKEN,
     ("no-progress-watchdog-spares-healthy-streams", "vllm-router"): _SLOW_FIRST_TOKEN,
+    ("decode-only-restart-wedges-kv-transfer", "smg"): _DECODE_SHAKES_HANDS_AGAIN,
+    ("decode-only-restart-wedges-kv-transfer", "vllm-router"): _DECODE_SHAKES_HANDS_AGAIN,
+    ("unbootstrapped-requests-inflate-ttft", "smg"): _KV_MEMORY_TO_SPARE,
+    ("unbootstrapped-requests-inflate-ttft", "vllm-router"): _KV_MEMORY_TO_SPARE,
+    ("request-timeout-cuts-healthy-long-streams", "smg"): _STREAMS_SHORTER_THAN_THE_CAP,
+    ("request-timeout-cuts-healthy-long-streams", "vllm-router"): _STREAMS_SHORTER_THAN_THE_CAP,
 }
 
 

@@ -59,9 +59,12 @@ def on_vllm(scenario: Scenario, router: str, *, max_tokens: int = 2) -> Scenario
         {**stray, "rate_per_s": STRAY_RATE_PER_S, "max_tokens": STRAY_TOKENS}
         for stray in on_router.strays
     )
+    agents = int(on_router.harness.get("agents", AGENTS))
     harness = {
         **on_router.harness,
-        "agents": min(int(on_router.harness.get("agents", AGENTS)), AGENTS),
+        # A bounded pool, not the engine, bounds what is sent: its scenario is more agents than
+        # connections (4 agents on a pool of 4 never wait for one).
+        "agents": agents if on_router.harness.get("max_connections") else min(agents, AGENTS),
         "max_tokens": min(int(on_router.harness.get("max_tokens", max_tokens)), max_tokens),
         "client_timeout_s": CLIENT_DEADLINE_S,
         "history_rounds": HISTORY_ROUNDS,

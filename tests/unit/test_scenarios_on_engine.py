@@ -68,3 +68,10 @@ def test_an_explanation_holds_only_while_the_cell_shows_what_was_measured(
     assert explained("s", "smg", cut) == "slow TTFT"
     assert explained("s", "vllm-router", cut) is None
     assert explained("s", "smg", cut | {"detail": "lost 4 requests"}) is None
+
+
+def test_a_bounded_pool_keeps_its_agents_on_an_engine() -> None:
+    # More agents than connections is the scenario: capped to 4 on a pool of 4, none would wait.
+    pool = on_vllm(CATALOG["client-pool-deadlock"], "smg")
+    assert pool.harness["agents"] == CATALOG["client-pool-deadlock"].harness["agents"] > AGENTS
+    assert pool.harness["max_connections"] < pool.harness["agents"]
