@@ -160,7 +160,8 @@ def _draw(wedge: Wedge, d: RealDraw, row: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     blind = diagnose(wedge, "harness", OVERDUE_S, oracle=False)
     row["latency_s"] = round(time.perf_counter() - t0, 4)
-    row |= {"blind": blind.location, "confidence": blind.confidence, "evidence": blind.evidence[:3]}
+    row |= {"blind": blind.location, "confidence": blind.confidence, "evidence": blind.evidence}
+    row |= {"decided_by": blind.decided_by, "ruled_out": blind.ruled_out}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
