@@ -66,10 +66,11 @@ class Harness(BackgroundLoad):
 
     Bounded twice: by count (agents x rounds x (1 + retries) requests) and by time
     (``max_duration_s``). Each request carries the agent's opening and its past rounds, the
-    last ``history_rounds`` of them when set: a real model's context is bounded (2048 tokens for
-    the vllm kind's tiny model, about 40 rounds), and agents then drop their oldest rounds. With ``leak_streams`` every response is left open after its head and
-    the agent moves on: the pool drains one connection per request, and with
-    ``max_connections`` set the rest wait for a connection forever, never sent.
+    last ``history_rounds`` of them when set: a real model's context is bounded (2048 tokens
+    for the vllm kind's tiny model, about 40 rounds), and agents then drop their oldest rounds.
+    With ``leak_streams`` every response is left open after its head and the agent moves on:
+    the pool drains one connection per request, and with ``max_connections`` set the rest wait
+    for a connection forever, never sent.
     """
 
     def __init__(

@@ -36,7 +36,9 @@ def worker_down(s: Servers, workers: list[Worker], *, slow: bool = False) -> Ver
     not answer in time (load can cause that too: asked after the rules that read gauges)."""
     for w in workers:
         if w.dead:
-            return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", w.sent_line())
+            # Behind a router that keeps no per-worker count, that it holds them is inferred.
+            sure = CERTAIN if s.obs.router_in_flight_known else LIKELY
+            return s.verdict(w.name, sure, f"{w.name} process {w.dead}", w.sent_line())
     for w in workers:
         why = s.obs.health.get(w.name, "not asked")
         if not w.answers and (slow or "within" not in why):
