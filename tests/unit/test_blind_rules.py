@@ -1041,3 +1041,22 @@ def test_a_link_probe_that_timed_out_counts_when_its_far_end_answered_within_hal
     )
     obs.health_s["decode-0"] = direct_s
     located(obs, expected, "likely")
+
+
+@pytest.mark.parametrize(
+    ("link", "fields"),
+    [("router->prefill-0", {}), ("router->decode-0", {"first_byte": NOW - 6.0})],
+)
+def test_without_the_routers_in_flight_count_a_link_that_does_not_carry_health_is_seen(
+    link: str, fields: dict[str, Any]
+) -> None:
+    # vllm-router, a slicing link: the worker's gauges hold nothing (its answers are on the
+    # link), and no count says the router sent it any; the link's probe timed out in 1 s
+    # while the worker answered directly in 0.2 s.
+    obs = observed(
+        pending(4, age=6.0, **fields),
+        health={f"via {link}": "did not answer within 1.00 s (ReadTimeout)"},
+    )
+    obs.health_s[link.split("->")[1]] = 0.2
+    obs.router_in_flight_known = False
+    located(obs, link, "likely")

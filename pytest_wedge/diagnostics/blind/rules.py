@@ -184,9 +184,18 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
     return s.verdict(f"{d.name}->{(ready or prefills)[0].name}", UNKNOWN, wait, untold)
 
 
+def _uncounted_link(s: Servers, workers: list[Worker]) -> Verdict | None:
+    """Behind a router that keeps no per-worker count, which workers it has requests for is
+    not seen, but a link to one of them that does not carry /health is."""
+    if s.obs.router_in_flight_known:
+        return None
+    return s.broken_path([f"router->{w.name}" for w in workers])
+
+
 def held_upstream(s: Servers, n: int) -> Verdict:
     """``n`` requests sent and without a response head."""
-    if (v := router_down(s) or s.broken_path(["client->router"])) is not None:
+    front = router_down(s) or s.broken_path(["client->router"])
+    if (v := front or _uncounted_link(s, list(s.workers.values()))) is not None:
         return v
     prefills, decodes = s.engaged("prefill"), s.engaged("decode")
     if not prefills and not decodes:
@@ -429,7 +438,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
     if (v := router_down(s) or s.broken_path(["client->router"])) is not None:
         return v
     decodes = s.engaged("decode")
-    if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
+    routes = s.broken_path([f"router->{d.name}" for d in decodes])
+    if (v := routes or _uncounted_link(s, s.role("decode"))) is not None:
         return v
     if not decodes and not s.obs.router_in_flight_known:
         # Without the router's count, "nothing in flight" is not seen: a decode whose engine
