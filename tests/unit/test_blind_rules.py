@@ -1060,3 +1060,18 @@ def test_without_the_routers_in_flight_count_a_link_that_does_not_carry_health_i
     obs.health_s[link.split("->")[1]] = 0.2
     obs.router_in_flight_known = False
     located(obs, link, "likely")
+
+
+def test_transfers_that_failed_from_a_prefill_whose_process_is_gone_are_that_prefill() -> None:
+    # A killed prefill: the decode's fetches of its KV fail, and the router answers 500.
+    failed = pending(
+        16, state="error", status=500, finished=NOW - 0.2, first_byte=NOW - 0.3, error="HTTP 500"
+    )
+    obs = observed(
+        failed,
+        workers={"decode-0": {"num_transfer_failed_reqs": 4.0}},
+        workers_window={"decode-0": {"num_transfer_failed_reqs": 0.0}},
+        processes={"prefill-0": "gone"},
+        health={"prefill-0": "did not answer: ConnectError: [Errno 111] Connection refused"},
+    )
+    located(obs, "prefill-0", "certain")

@@ -191,6 +191,10 @@ def _transfer_failed(s: Servers, ph: Phase, n: int) -> Verdict | None:
     if (v := s.broken_path([f"{d.name}->{p.name}" for p in s.role("prefill")])) is not None:
         v.because.append(line)
         return v
+    # A prefill whose process is gone took the KV being fetched from it along.
+    if gone := [p for p in s.role("prefill") if p.dead]:
+        sure = CERTAIN if len(s.role("prefill")) == 1 else LIKELY
+        return s.verdict(gone[0].name, sure, f"{gone[0].name} process {gone[0].dead}", line)
     # Their KV never became ready and the transfers only timed out waiting for it: then the
     # prefill holds about as many as the decode failed, not the one or two any loaded prefill has.
     if (v := still_prefilling(s, max(n, d.transfer_failures), line)) is not None:
