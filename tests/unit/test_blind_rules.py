@@ -1075,3 +1075,15 @@ def test_transfers_that_failed_from_a_prefill_whose_process_is_gone_are_that_pre
         health={"prefill-0": "did not answer: ConnectError: [Errno 111] Connection refused"},
     )
     located(obs, "prefill-0", "certain")
+
+
+def test_a_decode_that_sent_the_heads_and_generated_nothing_since_holds_them() -> None:
+    # smg, decode-0's EngineCore stopped: its API server sent the heads, its gauges froze at 0,
+    # and its token counter has not moved; the link carries /health.
+    heads = pending(4, age=6.0, first_byte=NOW - 5.5)
+    obs = observed(heads, router=in_flight(decode_0=4.0))
+    obs.workers["decode-0"]["generation_tokens"] = obs.workers_before["decode-0"][
+        "generation_tokens"
+    ]
+    diagnosis = located(obs, "decode-0", "likely")
+    assert "generated no token" in diagnosis.decided_by[0], diagnosis.render()

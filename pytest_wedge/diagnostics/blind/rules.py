@@ -478,7 +478,7 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
     if (v := worker_down(s, decodes, slow=True)) is not None:
         return v
     for d in decodes:
-        if (v := _lost_between(s, d, n)) is not None:
+        if (v := _silent_after_heads(s, d, kind, n) or _lost_between(s, d, n)) is not None:
             return v
     if (holder := _holder(decodes, n, strict=False, max_rate=fastest)) is not None:
         return _decode_holds(s, holder, what)
@@ -493,6 +493,21 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
     s.rule_out(d.name, "it holds none of the router's requests (it finished them)")
     said = f"{d.name} finished its part while the router still has {d.in_flight:g} in flight to it"
     return s.lost_on(f"router->{d.name}", f"{said}: the bytes are between {d.name} and the router")
+
+
+def _silent_after_heads(s: Servers, d: Worker, kind: str, n: int) -> Verdict | None:
+    """The router waits on ``d`` for streams whose heads ``d`` sent, and ``d`` generated no
+    token since they were overdue: ``d`` holds them, whatever its gauges read (an engine loop
+    stopped under a live API server freezes them at what they were). Bytes a link holds leave
+    their decode generating, or done before the heads went out. A token counter that did not
+    move at all between the two samples says so too, however early the first one was."""
+    still = d.token_rate == 0 or s.obs.delta(d.name, "generation_tokens") == 0
+    if kind != "head only" or not still:
+        return None
+    if d.in_flight < max(1.0, n / 2) or d.held_now > d.direct:
+        return None  # not waited on for them, or its gauges hold them (read by the rules above)
+    said = f"{d.name} sent the heads of {n} streams and generated no token since"
+    return s.verdict(d.name, LIKELY, said, f"{d.sent_line()}; its gauges read none", d.load_line())
 
 
 def held_direct(s: Servers, worker: str) -> Verdict:
