@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from pytest_wedge.evidence.observed import TIMED_OUT
+
 _client_lock = threading.Lock()
 _shared: httpx.Client | None = None
 
@@ -33,7 +35,7 @@ def get(url: str, timeout_s: float) -> Any:
 
 def why(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, httpx.TimeoutException):
-        return f"did not answer within {timeout_s:.2f} s ({type(exc).__name__})"
+        return f"{TIMED_OUT.format(timeout_s)} ({type(exc).__name__})"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"answered {exc.response.status_code}"
     return f"did not answer: {type(exc).__name__}: {exc}"[:200]

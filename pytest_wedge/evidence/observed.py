@@ -6,12 +6,18 @@ which address is which component. The ground truth lives in :mod:`.truth`."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 OBSERVED_FORMAT = "pytest-wedge/observed"
 DIRECTIONS = ("upstream", "downstream")
+# How a fetch that timed out is told (evidence/fetch.py writes it; Observed.waited_s reads it).
+TIMED_OUT = "did not answer within {:.2f} s"
+_TIMED_OUT = re.compile(r"did not answer within ([0-9.]+) s")
+# The colours of a log line as tailed (smg writes ANSI-coloured text).
+ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ClientRecord(TypedDict, total=False):
@@ -157,6 +163,12 @@ class Observed:
         bootstrap server (for ``decode-j->prefill-i``)."""
         source, target = link.split("->", 1)
         return target if source in ("client", "router") else f"{target} bootstrap"
+
+    def waited_s(self, key: str) -> float | None:
+        """How long the probe ``key`` of ``health`` waited before it timed out (None: it did
+        not time out)."""
+        found = _TIMED_OUT.search(self.health.get(key, ""))
+        return float(found[1]) if found else None
 
     def path_broken(self, link: str) -> str | None:
         """Why ``link`` does not carry ``/health`` while its far end answers directly."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_wedge.evidence.fetch import get, http_client
-from pytest_wedge.evidence.observed import ClientRecord, Observed, RouterWorker
+from pytest_wedge.evidence.observed import ANSI_ESCAPES, ClientRecord, Observed, RouterWorker
 from pytest_wedge.evidence.parse import (
     parse_engine_metrics,
     parse_link_bytes,
@@ -31,7 +31,6 @@ LOG_TAIL_BYTES = 4096
 REAL_ENGINE_READ_S = 1.0  # a Kubernetes probe's default timeoutSeconds
 LOG_TAIL_LINES = 12
 ROUTER_LOG_SCAN_BYTES = 256 * 1024
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # smg's line when a worker answered a PD leg with an error status (pd_router.rs): the router
 # read that answer, so the link to the worker carried it.
 _WORKER_ERROR_STATUS = re.compile(
@@ -98,33 +97,33 @@ def log_tails(topology: Topology) -> dict[str, list[str]]:
     for name in topology.components:
         if name in topology.stubs or name == "toxiproxy":
             continue
-        path = topology.runtime.log_path(name)
-        if not path or not Path(path).is_file():
-            continue
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
-            lines = f.read().decode(errors="replace").splitlines()[1:]
-        tails[name] = [line[:300] for line in lines[-LOG_TAIL_LINES:]]
+        text = _last_bytes(topology.runtime.log_path(name), LOG_TAIL_BYTES)
+        if text is not None:
+            lines = text.splitlines()[1:]
+            tails[name] = [line[:300] for line in lines[-LOG_TAIL_LINES:]]
     return tails
+
+
+def _last_bytes(path: str | None, size: int) -> str | None:
+    """The last ``size`` bytes of the log file at ``path`` (None: no such file)."""
+    if not path or not Path(path).is_file():
+        return None
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - size))
+        return f.read().decode(errors="replace")
 
 
 def error_answers_read(topology: Topology) -> dict[str, float]:
     """Per worker, when the router last logged reading an error status from it (the end of
     the logged second, ``time.time()`` scale): what an operator greps the router log for."""
-    path = topology.runtime.log_path("router")
-    if not path or not Path(path).is_file():
-        return {}
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - ROUTER_LOG_SCAN_BYTES))
-        text = f.read().decode(errors="replace")
+    text = _last_bytes(topology.runtime.log_path("router"), ROUTER_LOG_SCAN_BYTES) or ""
     names = router_worker_names(topology)
     read: dict[str, float] = {}
     for line in text.splitlines():
         if "returned error status" not in line:
             continue
-        found = _WORKER_ERROR_STATUS.match(_ANSI.sub("", line))
+        found = _WORKER_ERROR_STATUS.match(ANSI_ESCAPES.sub("", line))
         if found and (worker := names.get(found[2].rstrip("/"))) is not None:
             # The router logs its local time to the second.
             read[worker] = time.mktime(time.strptime(found[1], "%Y-%m-%d %H:%M:%S")) + 1.0

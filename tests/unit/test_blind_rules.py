@@ -750,21 +750,29 @@ def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
     located(obs, "decode-1", "certain")
 
 
-def test_refusals_over_a_link_that_swallows_bytes_name_the_link() -> None:
-    obs = observed(
+def refused_while_swallowing(link: str, got: float, gave: float, **extra: Any) -> Observed:
+    """Refusals, while ``link`` swallowed ``got - gave`` bytes of answers in the window."""
+    extra.setdefault("router", {"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}})
+    return observed(
         refused(),
-        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
-        traffic={"router->prefill-0": {"downstream_in": 5000.0, "downstream_out": 200.0}},
-        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
+        traffic={link: {"downstream_in": got, "downstream_out": gave}},
+        traffic_before={link: {"downstream_in": 0.0, "downstream_out": 0.0}},
+        **extra,
     )
+
+
+def test_refusals_over_a_link_that_swallows_bytes_name_the_link() -> None:
+    obs = refused_while_swallowing("router->prefill-0", 5000.0, 200.0)
     located(obs, "router->prefill-0", "likely")
 
 
 def test_bytes_swallowed_on_legs_the_router_gave_up_are_no_broken_link() -> None:
     # Both workers answered 500 and opened decode-0's breaker; the router gave up the decode
     # legs of pairs whose prefill had failed, so the decode's answers never left its link.
-    obs = observed(
-        refused(),
+    obs = refused_while_swallowing(
+        "router->decode-0",
+        4451.0,
+        3755.0,
         router={
             "cb_state": {"decode-0": 1.0},
             "errors": [
@@ -772,8 +780,6 @@ def test_bytes_swallowed_on_legs_the_router_gave_up_are_no_broken_link() -> None
                 {"worker_type": "prefill", "error_type": "backend_error", "value": 3.0},
             ],
         },
-        traffic={"router->decode-0": {"downstream_in": 4451.0, "downstream_out": 3755.0}},
-        traffic_before={"router->decode-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
         error_answers_read={"decode-0": NOW - 1.0, "prefill-0": NOW - 1.0},
     )
     diagnosis = locate_blind(obs, "harness", 1.0)
@@ -782,25 +788,16 @@ def test_bytes_swallowed_on_legs_the_router_gave_up_are_no_broken_link() -> None
 
 
 def test_a_prefill_leg_given_up_after_the_decode_answered_an_error_is_no_broken_link() -> None:
-    obs = observed(
-        refused(),
-        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
-        traffic={"router->prefill-0": {"downstream_in": 1484.0, "downstream_out": 742.0}},
-        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
-        error_answers_read={"decode-0": NOW - 0.5},
+    obs = refused_while_swallowing(
+        "router->prefill-0", 1484.0, 742.0, error_answers_read={"decode-0": NOW - 0.5}
     )
     diagnosis = locate_blind(obs, "harness", 1.0)
     assert diagnosis.location != "router->prefill-0", diagnosis.render()
 
 
 def test_error_answers_read_before_the_window_leave_the_swallowed_bytes_to_the_link() -> None:
-    obs = observed(
-        refused(),
-        router={"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}},
-        traffic={"router->prefill-0": {"downstream_in": 5000.0, "downstream_out": 200.0}},
-        traffic_before={"router->prefill-0": {"downstream_in": 0.0, "downstream_out": 0.0}},
-        error_answers_read={"decode-0": NOW - 30.0, "prefill-0": NOW - 1.0},
-    )
+    read = {"decode-0": NOW - 30.0, "prefill-0": NOW - 1.0}
+    obs = refused_while_swallowing("router->prefill-0", 5000.0, 200.0, error_answers_read=read)
     located(obs, "router->prefill-0", "likely")
 
 

@@ -6,7 +6,6 @@ episode (``clientside.wedged``), and the counters were compared from a sample be
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from fnmatch import fnmatch
 
@@ -41,9 +40,8 @@ from pytest_wedge.diagnostics.diagnosis import (
     place,
     tally,
 )
-from pytest_wedge.evidence.observed import ClientRecord, Observed
+from pytest_wedge.evidence.observed import ANSI_ESCAPES, ClientRecord, Observed
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # How a group of wedged requests got where it is: sent straight to a worker (its name), or
 # the phase it reached through the router.
 Key = str | Phase
@@ -144,7 +142,7 @@ def _facts(
 def log_line(obs: Observed, component: str) -> str | None:
     """The last warning or error in ``component``'s log tail (secondary evidence)."""
     for line in reversed(obs.logs.get(component, [])):
-        plain = _ANSI.sub("", line)
+        plain = ANSI_ESCAPES.sub("", line)
         if any(level in plain for level in ("ERROR", "WARN", "Traceback", "error")):
             return f"{component} log: {plain.strip()[:200]}"
     return None

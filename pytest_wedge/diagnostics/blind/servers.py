@@ -4,7 +4,6 @@ the share sent straight to it is in the client ledger, the rest has an unknown o
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from pytest_wedge.diagnostics.diagnosis import window_rate
@@ -25,7 +24,6 @@ ANSWERS_HEALTH = "answers /health and /metrics on its own ports"
 # link was given did not make that probe time out: the link did (0.1 s of a stub's 0.2 s, 0.5 s
 # of a real engine's 1 s).
 BRISK_SHARE = 0.5
-_WAITED = re.compile(r"did not answer within ([0-9.]+) s")
 HELD_GAUGES = (
     "num_queue_reqs",
     "num_running_reqs",
@@ -357,9 +355,9 @@ class Servers:
                 if "within" not in self.obs.health.get(f"via {link}", ""):
                     return self.verdict(link, CERTAIN, why)  # refused or reset: no doubt
                 # A timeout through the link counts only when the far end answered briskly.
-                waited = _WAITED.search(self.obs.health.get(f"via {link}", ""))
+                waited = self.obs.waited_s(f"via {link}")
                 direct_s = self.obs.health_s.get(self.obs.far_end(link))
-                if waited and direct_s is not None and direct_s < float(waited[1]) * BRISK_SHARE:
+                if waited and direct_s is not None and direct_s < waited * BRISK_SHARE:
                     return self.verdict(link, LIKELY, why)
             if self.obs.health.get(f"via {link}") == "ok":
                 self.rule_out(link, CARRIES_HEALTH)
