@@ -15,8 +15,8 @@ A real cell whose outcome or location differs from the stub cell needs a line in
 shows it: a cell that no longer shows it is unexplained again), and a failing stub cell is a
 failure: either makes the run exit 1. Scenarios that need a stub-only part are listed apart.
 Writes ``fidelity.md`` and ``fidelity.json``; the figures are the bring-up times
-(``real_1p1d_ready_s``), the memory and idle CPU of an idle real 1P+1D, and the engine
-environment's size and time to make.
+(``real_1p1d_ready_s``, and ``bench.ready_under_load``'s pairs, quiet and under ``-n 2``), the
+memory and idle CPU of an idle real 1P+1D, and the engine environment's size and time to make.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from bench import ready_under_load
 from bench.common import report
 from pytest_wedge import Wedge, WedgeSession, catalog, run_scenario
 from pytest_wedge.routers.vllm_engine import engine_cost
@@ -319,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier run's fidelity.json: its columns are kept, these are run and added "
         "(a real column takes about 15 minutes)",
     )
+    parser.add_argument(
+        "--loaded-runs",
+        type=int,
+        default=3,
+        help="pairs of bring-ups, quiet and beside the stub catalog under -n 2, after the "
+        "columns when a real one ran (0: none; a pair takes about 2 minutes)",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     columns = [c for c in args.columns.split(",") if c]
     earlier: dict[str, Any] = json.loads(Path(args.add_to).read_text()) if args.add_to else {}
@@ -337,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, cell in ran.pop("cells").items():
             table[name][column] = cell
         figures[column] = ran
+    if args.loaded_runs and any(c in REAL for c in columns):
+        log = out / "ready_under_load.log"
+        figures["ready_under_load"] = ready_under_load.pairs(args.loaded_runs, log)
     columns = [c for c in COLUMNS if c in columns or c in earlier.get("columns", [])]
     data = {
         "columns": columns,
@@ -353,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ready = [s for c in columns if c in REAL for s in figures[c]["ready_1p1d_s"]]
     if ready:
         report("real_1p1d_ready_s", statistics.median(ready), runs=ready, unit="s")
+    if "ready_under_load" in figures:
+        ready_under_load.report_pairs(figures["ready_under_load"])
     for c in (c for c in columns if c in REAL):
         report(f"real_1p1d_idle_cpu_cores_{c}", figures[c]["idle_cpu_cores"])
         report(f"real_1p1d_pss_mb_{c}", figures[c]["pss_mb"])

@@ -10,7 +10,8 @@ from pytest_wedge.scenarios.catalog import Scenario
 from pytest_wedge.scenarios.per_router import for_router
 from pytest_wedge.spec.topology import StubOptions
 from pytest_wedge.spec.workers import WorkerSpec
-from pytest_wedge.watchdogs.watchdog import StubWatchdog
+from pytest_wedge.watchdogs.kubernetes import Kubelet
+from pytest_wedge.watchdogs.watchdog import CallableWatchdog, StubWatchdog
 
 VLLM = WorkerSpec(kind="vllm")
 # On two loaded cores the tiny model's decode made 10-50 tokens/s in all (about one step a
@@ -30,6 +31,9 @@ HISTORY_ROUNDS = 16
 # A healthy 2-token request took up to about 2 s on two loaded cores (16 tokens 2-8 s): the
 # stubs' 1 s would call healthy requests overdue, and locate whatever held them at that moment.
 OVERDUE_S = 5.0
+# Paths SGLang's engines serve and vLLM's do not: a probe of one fails on its 404 whatever the
+# engine's state, so it tests nothing there.
+SGLANG_ONLY_PATHS = ("/health_generate",)
 
 
 def stub_only_parts(scenario: Scenario) -> list[str]:
@@ -43,6 +47,14 @@ def stub_only_parts(scenario: Scenario) -> list[str]:
         f"{a.watchdog.describe()} is a stub's own deadline"
         for a in scenario.watchdogs
         if isinstance(a.watchdog, StubWatchdog)
+    ]
+    parts += [
+        f"the {p.kind} probe of {a.watchdog.check.target} asks {p.path}, which vLLM does not "
+        "serve (SGLang's)"
+        for a in scenario.watchdogs
+        if isinstance(a.watchdog, CallableWatchdog) and isinstance(a.watchdog.check, Kubelet)
+        for p in a.watchdog.check.probes
+        if p.handler == "httpGet" and p.path in SGLANG_ONLY_PATHS
     ]
     return parts
 

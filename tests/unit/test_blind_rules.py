@@ -991,15 +991,52 @@ def test_without_the_routers_in_flight_count_a_decode_waiting_for_kv_is_the_tran
     located(obs, "decode-0->prefill-0", "certain")
 
 
-def test_without_the_routers_in_flight_count_a_stream_with_only_its_head_is_not_the_client() -> (
-    None
-):
+@pytest.mark.parametrize(("tokens_since", "confidence"), [(0.0, "likely"), (8.0, "unknown")])
+def test_without_the_routers_in_flight_count_a_stream_with_only_its_head_is_not_the_client(
+    tokens_since: float, confidence: str
+) -> None:
     # vllm-router, a decode engine hung mid-step: the head came, no data, its gauges read 0.
+    # Its token counter standing still says it holds them; one that moved leaves it open.
     head_only = pending(1, first_byte=NOW - 29.0)
-    obs = observed(head_only, workers={"decode-0": {"num_running_reqs": 0.0}})
+    obs = observed(
+        head_only,
+        workers={"decode-0": {"num_running_reqs": 0.0, "generation_tokens": tokens_since}},
+        workers_before={"decode-0": {"generation_tokens": 0.0}},
+    )
     obs.router_in_flight_known = False
-    diagnosis = located(obs, "decode-0", "unknown")
-    assert "no in-flight count" in " ".join(diagnosis.decided_by), diagnosis.render()
+    diagnosis = located(obs, "decode-0", confidence)
+    said = "generated no token" if tokens_since == 0 else "no in-flight count"
+    assert said in " ".join(diagnosis.decided_by), diagnosis.render()
+
+
+def stopped_prefill_engine(prompt_tokens_since: float, **fields: Any) -> Observed:
+    """vllm-router, prefill-0's EngineCore stopped under its live API server: decode-0 waits
+    for the KV of 3 requests in both samples, and prefill-0's gauges read 0, frozen."""
+    obs = observed(
+        pending(3, age=6.0, **fields),
+        workers={
+            "prefill-0": {"prompt_tokens": 120.0 + prompt_tokens_since, "generation_tokens": 7.0},
+            "decode-0": {"num_decode_transfer_queue_reqs": 3.0, "num_running_reqs": 0.0},
+        },
+        workers_before={"prefill-0": {"prompt_tokens": 120.0}},
+    )
+    obs.router_in_flight_known = False
+    return obs
+
+
+@pytest.mark.parametrize("fields", [{"first_byte": NOW - 5.5}, {}])
+def test_a_decode_waiting_for_kv_from_a_prefill_that_made_no_step_is_that_prefill(
+    fields: dict[str, Any],
+) -> None:
+    # With their heads (the decode's API server sent them) or without.
+    diagnosis = located(stopped_prefill_engine(0.0, **fields), "prefill-0", "likely")
+    assert "made no step" in " ".join(diagnosis.decided_by), diagnosis.render()
+
+
+def test_a_decode_waiting_for_kv_from_a_prefill_that_prefills_is_not_that_prefill() -> None:
+    obs = stopped_prefill_engine(60.0, first_byte=NOW - 5.5)
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.location != "prefill-0", diagnosis.render()
 
 
 def test_without_the_routers_in_flight_count_nobody_holding_them_is_the_router() -> None:

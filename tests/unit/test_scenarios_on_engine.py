@@ -22,6 +22,14 @@ def test_stub_engine_faults_and_stub_deadlines_are_named_as_stub_only() -> None:
     assert "stub's own deadline" in deadline
 
 
+def test_a_probe_of_a_path_vllm_does_not_serve_is_stub_only() -> None:
+    [probe] = stub_only_parts(CATALOG["liveness-on-health-generate-kills-a-healthy-decode"])
+    assert probe == (
+        "the liveness probe of decode-0 asks /health_generate, which vLLM does not serve (SGLang's)"
+    )
+    assert stub_only_parts(CATALOG["engine-core-stopped-health-200"]) == []
+
+
 def test_the_load_is_scaled_to_a_cpu_engine_and_the_workers_are_real() -> None:
     seed = on_vllm(CATALOG["stray-requester-masks-router-wedge"], "vllm-router")
     assert seed.spec.prefill_worker.kind == seed.spec.decode_worker.kind == "vllm"

@@ -167,6 +167,8 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             anew,
             f"{kv} (num_prefill_inflight_queue_reqs): {between}",
         )
+    if (v := _stopped_prefill(s, [d])) is not None:
+        return v
     if len(prefills) == 1:
         p = prefills[0]
         nothing = f"{p.name} holds nothing for them (its KV left, or never became ready to fetch)"
@@ -182,6 +184,28 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
     candidates = ", ".join(f"{d.name}->{p.name}" for p in (ready or prefills))
     untold = f"which prefill's transfer holds them cannot be told: {candidates}"
     return s.verdict(f"{d.name}->{(ready or prefills)[0].name}", UNKNOWN, wait, untold)
+
+
+def _stopped_prefill(s: Servers, decodes: list[Worker]) -> Verdict | None:
+    """A decode waits for KV in both samples, and the one prefill with no KV ready made no
+    step between them (its prompt and generated token counters still): the KV is held in that
+    prefill. An engine loop stopped under a live API server answers /health and freezes its
+    gauges, so only its counters tell; a prefill that shows KV ready is the transfer rules'."""
+    waiting = [d for d in decodes if d.waiting_kv >= 1 and d.mostly_waiting]
+    still = [
+        p
+        for p in s.role("prefill")
+        if p.metrics_read
+        and not p.kv_ready
+        and s.obs.delta(p.name, "prompt_tokens") == 0
+        and s.obs.delta(p.name, "generation_tokens") == 0
+    ]
+    if not waiting or len(still) != 1:
+        return None
+    d, p = waiting[0], still[0]
+    waits = f"{d.name} has {d.waiting_kv:g} waiting for their KV in both samples"
+    said = f"{p.name} made no step between them (no prompt or generated token)"
+    return s.verdict(p.name, LIKELY, waits, f"{said}: it holds their KV", p.load_line())
 
 
 def _uncounted_link(s: Servers, workers: list[Worker]) -> Verdict | None:
@@ -445,6 +469,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         # Without the router's count, "nothing in flight" is not seen: a decode whose engine
         # hangs mid-step shows stale gauges, and the head it sent says it had them.
         only = s.role("decode")
+        if len(only) == 1 and (v := _silent_after_heads(s, only[0], kind, n)) is not None:
+            return v
         where = only[0].name if len(only) == 1 else "router"
         said = f"{n} streams {kind}; no decode's gauges hold them"
         untold = "this router keeps no in-flight count: the decode or the router holds them"
@@ -464,7 +490,7 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return v
     # A decode that waits for KV over a link seen broken is stuck on that transfer, whatever
     # the few streams already overdue show (the requests behind them wait for their KV).
-    if (v := broken_transfer(s)) is not None:
+    if (v := broken_transfer(s) or _stopped_prefill(s, decodes)) is not None:
         return v
     what = {
         "slow": "streams them slowly",
@@ -502,12 +528,15 @@ def _silent_after_heads(s: Servers, d: Worker, kind: str, n: int) -> Verdict | N
     their decode generating, or done before the heads went out. A token counter that did not
     move at all between the two samples says so too, however early the first one was."""
     still = d.token_rate == 0 or s.obs.delta(d.name, "generation_tokens") == 0
-    if kind != "head only" or not still:
+    if kind != "head only" or not still or not d.metrics_read:
         return None
-    if d.in_flight < max(1.0, n / 2) or d.held_now > d.direct:
+    # Behind a router that keeps no per-worker count, the one decode is what sent the heads.
+    waited_on = d.in_flight >= max(1.0, n / 2) or not s.obs.router_in_flight_known
+    if not waited_on or d.held_now > d.direct:
         return None  # not waited on for them, or its gauges hold them (read by the rules above)
     said = f"{d.name} sent the heads of {n} streams and generated no token since"
-    return s.verdict(d.name, LIKELY, said, f"{d.sent_line()}; its gauges read none", d.load_line())
+    sent = d.sent_line() if s.obs.router_in_flight_known else s.router_line()
+    return s.verdict(d.name, LIKELY, said, f"{sent}; its gauges read none", d.load_line())
 
 
 def held_direct(s: Servers, worker: str) -> Verdict:
