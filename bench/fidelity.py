@@ -186,11 +186,13 @@ def run_cell(session: WedgeSession, scenario: Scenario) -> dict[str, Any]:
 
 
 def idle_costs(session: WedgeSession) -> dict[str, Any]:
-    """PSS and CPU of the engines of the session's one running topology, idle (its last
-    scenario ended: nothing in flight)."""
+    """PSS and CPU of the engines of the session's one running topology, idle: reset as the
+    next test would find it (no fault, and nothing of the last scenario in flight, else its
+    engines restarted)."""
     groups: list[psutil.Process] = []
     shapes = []
     for topology in session.topologies.values():
+        topology.reset()
         shapes.append(f"{topology.spec.prefill}P{topology.spec.decode}D")
         engines = [g for name, g in topology.pids().items() if name.startswith(WORKER_ROLES)]
         for pgid in filter(None, engines):

@@ -1009,11 +1009,13 @@ def test_without_the_routers_in_flight_count_a_stream_with_only_its_head_is_not_
     assert said in " ".join(diagnosis.decided_by), diagnosis.render()
 
 
-def stopped_prefill_engine(prompt_tokens_since: float, **fields: Any) -> Observed:
-    """vllm-router, prefill-0's EngineCore stopped under its live API server: decode-0 waits
-    for the KV of 3 requests in both samples, and prefill-0's gauges read 0, frozen."""
+def frozen_engine(prompt_tokens_since: float, headless: int) -> Observed:
+    """vllm-router, an EngineCore stopped under its live API server: decode-0 shows 3
+    requests waiting for KV in both samples (the 3 streams with their heads), prefill-0's
+    gauges read 0, and ``headless`` more requests sent 6 s ago have no response head."""
+    heads = [record(i, age=6.0, first_byte=NOW - 5.5) for i in range(3)]
     obs = observed(
-        pending(3, age=6.0, **fields),
+        heads + [record(3 + i, age=6.0) for i in range(headless)],
         workers={
             "prefill-0": {"prompt_tokens": 120.0 + prompt_tokens_since, "generation_tokens": 7.0},
             "decode-0": {"num_decode_transfer_queue_reqs": 3.0, "num_running_reqs": 0.0},
@@ -1024,18 +1026,23 @@ def stopped_prefill_engine(prompt_tokens_since: float, **fields: Any) -> Observe
     return obs
 
 
-@pytest.mark.parametrize("fields", [{"first_byte": NOW - 5.5}, {}])
-def test_a_decode_waiting_for_kv_from_a_prefill_that_made_no_step_is_that_prefill(
-    fields: dict[str, Any],
-) -> None:
-    # With their heads (the decode's API server sent them) or without.
-    diagnosis = located(stopped_prefill_engine(0.0, **fields), "prefill-0", "likely")
+def test_a_decode_waiting_for_kv_from_a_prefill_that_made_no_step_is_that_prefill() -> None:
+    # prefill-0's loop stopped: the requests sent since wait at it with no head.
+    diagnosis = located(frozen_engine(0.0, headless=1), "prefill-0", "likely")
     assert "made no step" in " ".join(diagnosis.decided_by), diagnosis.render()
 
 
-def test_a_decode_waiting_for_kv_from_a_prefill_that_prefills_is_not_that_prefill() -> None:
-    obs = stopped_prefill_engine(60.0, first_byte=NOW - 5.5)
-    diagnosis = locate_blind(obs, "harness", 1.0)
+@pytest.mark.parametrize(
+    ("prompt_tokens_since", "headless"),
+    [(60.0, 1), (0.0, 0)],
+    ids=["the prefill prefills", "every request has its head"],
+)
+def test_a_decode_waiting_for_kv_is_not_its_prefill_unless_that_prefill_holds_requests_still(
+    prompt_tokens_since: float, headless: int
+) -> None:
+    # decode-0's own loop stopped with requests waiting for KV: a live prefill answered every
+    # request sent to it, so all have their heads, and that it made no step says nothing.
+    diagnosis = locate_blind(frozen_engine(prompt_tokens_since, headless), "harness", 1.0)
     assert diagnosis.location != "prefill-0", diagnosis.render()
 
 

@@ -187,10 +187,14 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
 
 
 def _stopped_prefill(s: Servers, decodes: list[Worker]) -> Verdict | None:
-    """A decode waits for KV in both samples, and the one prefill with no KV ready made no
-    step between them (its prompt and generated token counters still): the KV is held in that
-    prefill. An engine loop stopped under a live API server answers /health and freezes its
-    gauges, so only its counters tell; a prefill that shows KV ready is the transfer rules'."""
+    """A decode waits for KV in both samples, requests sent before them still have no
+    response head, and the one prefill with no KV ready made no step between them (its prompt
+    and generated token counters still): the KV and the requests are held in that prefill. An
+    engine loop stopped under a live API server answers /health and freezes its gauges, so
+    only its counters tell. A decode whose own loop stopped freezes its gauges too, maybe at
+    requests waiting for KV, but a live prefill then answers every request sent to it: all
+    have their heads. A prefill that shows KV ready is the transfer rules'."""
+    headless = s.headless_across_samples()
     waiting = [d for d in decodes if d.waiting_kv >= 1 and d.mostly_waiting]
     still = [
         p
@@ -200,12 +204,15 @@ def _stopped_prefill(s: Servers, decodes: list[Worker]) -> Verdict | None:
         and s.obs.delta(p.name, "prompt_tokens") == 0
         and s.obs.delta(p.name, "generation_tokens") == 0
     ]
-    if not waiting or len(still) != 1:
+    if not waiting or not headless or len(still) != 1:
         return None
     d, p = waiting[0], still[0]
+    if (v := s.broken_path([f"router->{p.name}"])) is not None:
+        return v
     waits = f"{d.name} has {d.waiting_kv:g} waiting for their KV in both samples"
+    none = f"{headless} requests sent before them have no response head"
     said = f"{p.name} made no step between them (no prompt or generated token)"
-    return s.verdict(p.name, LIKELY, waits, f"{said}: it holds their KV", p.load_line())
+    return s.verdict(p.name, LIKELY, f"{waits}, {none}", f"{said}: it holds them", p.load_line())
 
 
 def _uncounted_link(s: Servers, workers: list[Worker]) -> Verdict | None:

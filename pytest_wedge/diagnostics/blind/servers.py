@@ -264,6 +264,19 @@ class Servers:
         self.rule_out(link, f"not yet lost: {self.young}")
         return True
 
+    def headless_across_samples(self) -> int:
+        """Requests through the router sent before the earlier engine sample and still
+        without a response head at the latest: whatever holds them held them all along."""
+        if self.obs.before_at is None:
+            return 0
+        return sum(
+            r.get("state") == "pending"
+            and r.get("first_byte") is None
+            and float(r.get("sent") or self.obs.before_at) < self.obs.before_at
+            and self.obs.named_url(r.get("target") or "") not in self.obs.worker_names
+            for r in self.obs.client
+        )
+
     # -- the router -------------------------------------------------------------------------
     @property
     def router_answers(self) -> bool:
