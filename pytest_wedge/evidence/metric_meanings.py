@@ -224,13 +224,26 @@ _ROWS = (
         ((WORKER_HEALTHY, "healthy"), (WORKER_UNHEALTHY, "not healthy")),
     ),
     _row(
+        "vllm_router_pd_prefill_occupancy{worker,rank}",
+        ROUTER_GAUGE,
+        "Requests at the prefill stage per prefill worker: sent to it, its answer not back.",
+        "Read as `smg_worker_requests_active` of that prefill (smg too counts a prefill "
+        "until its answer is back).",
+    ),
+    _row(
+        "vllm_router_pd_pending_decode_requests{worker,rank}",
+        ROUTER_GAUGE,
+        "Requests whose decode is picked while their prefill still runs, per decode worker.",
+        "Added to that decode's `vllm_router_pd_active_decode_requests`: smg counts a decode "
+        "from dispatch.",
+    ),
+    _row(
         "vllm_router_pd_active_decode_requests{worker,rank}",
         ROUTER_GAUGE,
-        'Requests at the decode stage per decode worker (`rank="aggregate"`); a request '
-        "still at its prefill is counted in other `vllm_router_pd_*` gauges instead.",
-        "Named by the vllm-router adapter as its in-flight series. Not read as smg's "
-        "per-worker in-flight gauge, which counts both legs: the locator treats vllm-router's "
-        "in-flight per worker as unknown.",
+        'Requests at the decode stage per decode worker (`rank="aggregate"`): sent to it, '
+        "its answer not over.",
+        "With the pending ones, read as `smg_worker_requests_active` of that decode: the "
+        "router's requests in flight to it.",
     ),
     _row(
         "vllm_router_pd_prefill_errors_total{worker}",

@@ -79,10 +79,16 @@ def canonical(
 
 # The router's per-worker series, by its dialect, onto the keys ``parse_router_metrics`` fills
 # for smg. vllm-router 0.1.17 (routers.md B5) has a health gauge and per-worker error counters
-# (status errors, refusals and timeouts), no breaker and no retries; its in-flight gauges count
-# PD stages, not requests per worker, so they are not mapped onto smg's in-flight gauge.
+# (status errors, refusals and timeouts), no breaker and no retries. Its in-flight gauges count
+# a request per PD stage: at its prefill while the prefill answers (as smg's count of a
+# prefill), and at its decode from the moment the router picked it, waiting for the prefill
+# (pending) or streaming (active), as smg counts a decode from dispatch. Summed, they are
+# smg's per-worker in-flight gauge.
 VLLM_ROUTER_PER_WORKER = {
     "vllm_router_worker_health": "health",
     "vllm_router_pd_prefill_errors_total": "cb_failed",
     "vllm_router_pd_decode_errors_total": "cb_failed",
+    "vllm_router_pd_prefill_occupancy": "requests_active",
+    "vllm_router_pd_pending_decode_requests": "requests_active",
+    "vllm_router_pd_active_decode_requests": "requests_active",
 }

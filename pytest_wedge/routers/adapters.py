@@ -135,14 +135,16 @@ VLLM_ROUTER = RouterAdapter(
 ADAPTERS = {a.name: a for a in (SMG, SGLANG_ROUTER, VLLM_ROUTER)}
 
 
-PER_WORKER_IN_FLIGHT = "smg_worker_requests_active"
+# Series that count each worker's requests in flight (vllm-router's, with its other PD-stage
+# gauges, read as smg's: evidence/metric_names.py).
+PER_WORKER_IN_FLIGHT = ("smg_worker_requests_active", "vllm_router_pd_active_decode_requests")
 
 
 def counts_in_flight_per_worker(kind: str) -> bool:
     """Does router ``kind`` keep smg's per-worker in-flight gauge up to date? A user's own
     (``command``/``url``) router is taken to be smg."""
     found = ADAPTERS.get(kind)
-    return found is None or found.metrics.inflight == PER_WORKER_IN_FLIGHT
+    return found is None or found.metrics.inflight in PER_WORKER_IN_FLIGHT
 
 
 def counts_timeouts(kind: str) -> bool:

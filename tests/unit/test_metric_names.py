@@ -121,8 +121,9 @@ def test_dp_ranks_and_label_sets_are_summed() -> None:
 
 
 def test_vllm_routers_own_names_are_read_into_smgs_keys() -> None:
-    """vllm-router 0.1.17's health gauge and per-worker error counters (routers.md B5) fill
-    the keys the locators read for smg; labels are the worker URLs the router was given."""
+    """vllm-router 0.1.17's health gauge, per-worker error counters and PD-stage gauges
+    (routers.md B5) fill the keys the locators read for smg; labels are the worker URLs the
+    router was given."""
     from pytest_wedge.evidence.parse import parse_router_metrics
 
     text = (
@@ -133,6 +134,8 @@ def test_vllm_routers_own_names_are_read_into_smgs_keys() -> None:
                 'vllm_router_pd_prefill_errors_total{worker="http://127.0.0.1:1"} 3',
                 'vllm_router_pd_decode_errors_total{worker="http://127.0.0.1:2"} 2',
                 'vllm_router_pd_active_decode_requests{worker="http://127.0.0.1:2",rank="aggregate"} 1',
+                'vllm_router_pd_pending_decode_requests{worker="http://127.0.0.1:2",rank="aggregate"} 2',
+                'vllm_router_pd_prefill_occupancy{worker="http://127.0.0.1:1",rank="aggregate"} 2',
             ]
         )
         + "\n"
@@ -141,4 +144,7 @@ def test_vllm_routers_own_names_are_read_into_smgs_keys() -> None:
     seen = parse_router_metrics(text, names)
     assert seen["health"] == {"prefill-0": 1.0, "decode-0": 0.0}
     assert seen["cb_failed"] == {"prefill-0": 3.0, "decode-0": 2.0}
-    assert seen["requests_active"] == {} and seen["cb_state"] == {}  # no such series
+    # A request counts at its prefill until the prefill answers, and at its decode from the
+    # moment the router picked it (pending: its prefill still runs), as smg counts them.
+    assert seen["requests_active"] == {"prefill-0": 2.0, "decode-0": 3.0}
+    assert seen["cb_state"] == {}  # no breaker
