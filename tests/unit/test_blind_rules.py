@@ -474,8 +474,18 @@ def test_requests_not_sent_yet_without_a_full_pool_are_no_wedge() -> None:
 
 
 def test_streams_the_servers_finished_and_the_client_never_read() -> None:
-    leaked = pending(4, first_byte=NOW - 1.9)
+    # Agents that hold their streams over a bounded pool (a leak) read no more of them.
+    leaked = pending(4, first_byte=NOW - 1.9, pool_limit=4, pool_in_use=4)
     located(observed(leaked), "client", "likely")
+
+
+def test_streams_the_servers_finished_that_a_reading_client_never_got_are_on_the_front_link() -> (
+    None
+):
+    # A link that slices the router's answers: the short /health crosses it in time, the
+    # streams do not, and nothing is in flight past the router.
+    heads = pending(4, first_byte=NOW - 1.9)
+    located(observed(heads), "client->router", "likely")
 
 
 # -- refusals, breakers and errors ------------------------------------------------------------
@@ -1126,5 +1136,20 @@ def test_a_decode_that_sent_the_heads_and_generated_nothing_since_holds_them() -
     obs.workers["decode-0"]["generation_tokens"] = obs.workers_before["decode-0"][
         "generation_tokens"
     ]
+    diagnosis = located(obs, "decode-0", "likely")
+    assert "generated no token" in diagnosis.decided_by[0], diagnosis.render()
+
+
+def test_a_decode_that_sent_the_heads_and_generated_nothing_holds_them_though_its_gauges_hold_one() -> (
+    None
+):
+    # vllm-router, decode-0's EngineCore stopped with one request running: its gauges froze at
+    # that one, the router waits on it for 4, and its token counter has not moved.
+    heads = pending(3, age=6.0, first_byte=NOW - 5.5)
+    obs = observed(
+        heads,
+        router=in_flight(decode_0=4.0),
+        workers={"decode-0": {"num_running_reqs": 2.0}},  # the stray's and one of ours
+    )
     diagnosis = located(obs, "decode-0", "likely")
     assert "generated no token" in diagnosis.decided_by[0], diagnosis.render()

@@ -484,11 +484,16 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return s.verdict(where, UNKNOWN, said, untold)
     if not decodes:
         admitted = float(s.obs.router.get("admission_inflight", 0.0))
-        if kind == "head only" and admitted < max(1.0, n / 2):
+        leaky = any(r.get("pool_limit") for r in s.obs.client)
+        if admitted < max(1.0, n / 2):
             s.rule_out("router", "it has nothing in flight to any worker")
-            said = f"{n} requests have their response head and read no data while the router"
-            done = "the servers are done, the client never read the streams"
-            return s.verdict("client", LIKELY, f"{said} has nothing in flight for them: {done}")
+            if kind == "head only" and leaky:
+                said = f"{n} requests have their response head and read no data while the router"
+                done = "the servers are done, the client never read the streams"
+                return s.verdict("client", LIKELY, f"{said} has nothing in flight for them: {done}")
+        # The load reads every stream it opened, unless its agents hold them over a bounded
+        # pool: what it has not read has not reached it (a link that slices the answers still
+        # carries a short /health in time).
         said = f"{n} streams {kind} while the router has nothing in flight to any decode"
         return s.lost_on(
             "client->router", f"{said}: the bytes are between the router and the client"
@@ -531,19 +536,20 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
 def _silent_after_heads(s: Servers, d: Worker, kind: str, n: int) -> Verdict | None:
     """The router waits on ``d`` for streams whose heads ``d`` sent, and ``d`` generated no
     token since they were overdue: ``d`` holds them, whatever its gauges read (an engine loop
-    stopped under a live API server freezes them at what they were). Bytes a link holds leave
-    their decode generating, or done before the heads went out. A token counter that did not
-    move at all between the two samples says so too, however early the first one was."""
+    stopped under a live API server freezes them at what they were, some of them or none).
+    Bytes a link holds leave their decode generating, or done before the heads went out. A
+    token counter that did not move at all between the two samples says so too, however early
+    the first one was."""
     still = d.token_rate == 0 or s.obs.delta(d.name, "generation_tokens") == 0
     if kind != "head only" or not still or not d.metrics_read:
         return None
     # Behind a router that keeps no per-worker count, the one decode is what sent the heads.
-    waited_on = d.in_flight >= max(1.0, n / 2) or not s.obs.router_in_flight_known
-    if not waited_on or d.held_now > d.direct:
-        return None  # not waited on for them, or its gauges hold them (read by the rules above)
+    if d.in_flight < max(1.0, n / 2) and s.obs.router_in_flight_known:
+        return None  # the router does not wait on it for them
     said = f"{d.name} sent the heads of {n} streams and generated no token since"
     sent = d.sent_line() if s.obs.router_in_flight_known else s.router_line()
-    return s.verdict(d.name, LIKELY, said, f"{sent}; its gauges read none", d.load_line())
+    held = f"its gauges read {max(0.0, d.held_now - d.direct):g} of them"
+    return s.verdict(d.name, LIKELY, said, f"{sent}; {held}", d.load_line())
 
 
 def held_direct(s: Servers, worker: str) -> Verdict:
