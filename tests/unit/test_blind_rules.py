@@ -1153,3 +1153,19 @@ def test_a_decode_that_sent_the_heads_and_generated_nothing_holds_them_though_it
     )
     diagnosis = located(obs, "decode-0", "likely")
     assert "generated no token" in diagnosis.decided_by[0], diagnosis.render()
+
+
+def test_streams_whose_decode_waits_for_kv_from_a_stopped_prefill_are_that_prefill() -> None:
+    # prefill-0 stopped after it answered: the decode sent the heads and waits for the KV.
+    heads = pending(3, age=6.0, first_byte=NOW - 5.5)
+    obs = observed(
+        heads,
+        router=in_flight(decode_0=3.0),
+        workers={"decode-0": {"num_decode_transfer_queue_reqs": 3.0, "num_running_reqs": 1.0}},
+        processes={"prefill-0": "stopped"},
+        health={"prefill-0": "did not answer within 1.00 s (ReadTimeout)"},
+    )
+    del obs.workers["prefill-0"], obs.workers_before["prefill-0"]
+    obs.unanswered["prefill-0 metrics"] = "did not answer within 1.00 s (ReadTimeout)"
+    diagnosis = located(obs, "prefill-0", "certain")
+    assert "waiting for their KV" in diagnosis.decided_by[0], diagnosis.render()

@@ -215,6 +215,16 @@ def _stopped_prefill(s: Servers, decodes: list[Worker]) -> Verdict | None:
     return s.verdict(p.name, LIKELY, f"{waits}, {none}", f"{said}: it holds them", p.load_line())
 
 
+def _kv_from_a_dead_prefill(s: Servers, decodes: list[Worker], n: int) -> Verdict | None:
+    """A decode holds them waiting for their KV, and a prefill is stopped, gone or refuses
+    /health: the KV they wait for is in that prefill (the heads went out before it stopped)."""
+    waiting = [d for d in decodes if d.waiting_kv >= max(1.0, n / 2) and d.mostly_waiting]
+    if not waiting or (v := worker_down(s, s.role("prefill"))) is None:
+        return None
+    v.because.insert(0, f"{waiting[0].name} has {waiting[0].waiting_kv:g} waiting for their KV")
+    return v
+
+
 def _uncounted_link(s: Servers, workers: list[Worker]) -> Verdict | None:
     """Behind a router that keeps no per-worker count, which workers it has requests for is
     not seen, but a link to one of them that does not carry /health is."""
@@ -502,7 +512,8 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return v
     # A decode that waits for KV over a link seen broken is stuck on that transfer, whatever
     # the few streams already overdue show (the requests behind them wait for their KV).
-    if (v := broken_transfer(s) or _stopped_prefill(s, decodes)) is not None:
+    kv_held = broken_transfer(s) or _kv_from_a_dead_prefill(s, decodes, n)
+    if (v := kv_held or _stopped_prefill(s, decodes)) is not None:
         return v
     what = {
         "slow": "streams them slowly",
