@@ -34,6 +34,8 @@ from pytest_wedge.waiting import wait_for
 # takes about a minute), and ended as soon as the bring-up it loads is ready.
 LOAD_ROUNDS = 4
 LOAD_COMMAND = (
+    # The loop ends on Ctrl-C too, once the pytest it waits on has cleaned up.
+    "trap 'exit 130' INT; "
     f"for round in $(seq {LOAD_ROUNDS}); do "
     f"{sys.executable} -m pytest --wedge-scenarios -n 2 -q -p no:cacheprovider; done"
 )
