@@ -141,8 +141,9 @@ PER_WORKER_IN_FLIGHT = ("smg_worker_requests_active", "vllm_router_pd_active_dec
 
 
 def counts_in_flight_per_worker(kind: str) -> bool:
-    """Does router ``kind`` keep smg's per-worker in-flight gauge up to date? A user's own
-    (``command``/``url``) router is taken to be smg."""
+    """Does router ``kind`` keep a per-worker in-flight count up to date (smg's gauge, or
+    vllm-router's PD-stage gauges read as it)? A user's own (``command``/``url``) router is
+    taken to be smg."""
     found = ADAPTERS.get(kind)
     return found is None or found.metrics.inflight in PER_WORKER_IN_FLIGHT
 
