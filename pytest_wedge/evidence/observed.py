@@ -46,6 +46,7 @@ class ClientRecord(TypedDict, total=False):
     cut_by_stop: bool
     pool_limit: int | None
     pool_in_use: int | None
+    left_unread: bool
 
 
 class RouterErrors(TypedDict):

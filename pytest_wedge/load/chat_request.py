@@ -203,6 +203,7 @@ async def send_chat(
                 record.sent = record.first_byte
             record.status = status
             if leak_stream:
+                record.left_unread = True
                 return record
             if status >= 400:
                 text = (await exchange.read()).decode(errors="replace")

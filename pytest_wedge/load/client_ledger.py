@@ -87,6 +87,8 @@ class RequestRecord:
     # out. pool_in_use >= pool_limit: every connection was taken, so it queued in the client.
     pool_limit: int | None = None
     pool_in_use: int | None = None
+    # The client left the response unread after its head (a leaked stream): it holds it.
+    left_unread: bool = False
 
     @property
     def final(self) -> bool:

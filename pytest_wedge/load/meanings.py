@@ -98,6 +98,8 @@ FIELD_MEANINGS: Mapping[str, str] = MappingProxyType(
         "pool_in_use": "How many of that pool's connections were checked out when it asked. "
         "`pool_in_use >= pool_limit`: every connection was taken, so it queued in the "
         "client.",
+        "left_unread": "The client left the response unread after its head (`leak_streams`): "
+        "the client holds it, not a server or a link.",
     }
 )
 

@@ -459,7 +459,10 @@ def test_streams_cut_by_the_router_timeout_are_the_decode() -> None:
 
 
 def test_an_exhausted_pool_holds_unsent_requests_in_the_client() -> None:
-    leaked = [record(i, first_byte=NOW - 1.9, pool_limit=4, pool_in_use=i) for i in range(4)]
+    leaked = [
+        record(i, first_byte=NOW - 1.9, pool_limit=4, pool_in_use=i, left_unread=True)
+        for i in range(4)
+    ]
     waiting = [record(i, sent=None, pool_limit=4, pool_in_use=4) for i in range(4, 30)]
     diagnosis = located(observed(leaked + waiting), "client", "certain")
     assert "pool is exhausted (4 of 4" in diagnosis.decided_by[0]
@@ -474,8 +477,8 @@ def test_requests_not_sent_yet_without_a_full_pool_are_no_wedge() -> None:
 
 
 def test_streams_the_servers_finished_and_the_client_never_read() -> None:
-    # Agents that hold their streams over a bounded pool (a leak) read no more of them.
-    leaked = pending(4, first_byte=NOW - 1.9, pool_limit=4, pool_in_use=4)
+    # Agents that leave their streams unread after the head (a leak) hold them.
+    leaked = pending(4, first_byte=NOW - 1.9, left_unread=True)
     located(observed(leaked), "client", "likely")
 
 

@@ -494,16 +494,17 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         return s.verdict(where, UNKNOWN, said, untold)
     if not decodes:
         admitted = float(s.obs.router.get("admission_inflight", 0.0))
-        leaky = any(r.get("pool_limit") for r in s.obs.client)
+        unread = sum(
+            bool(r.get("left_unread")) for r in s.obs.client if r.get("state") == "pending"
+        )
         if admitted < max(1.0, n / 2):
             s.rule_out("router", "it has nothing in flight to any worker")
-            if kind == "head only" and leaky:
+            if kind == "head only" and unread >= max(1.0, n / 2):
                 said = f"{n} requests have their response head and read no data while the router"
-                done = "the servers are done, the client never read the streams"
+                done = f"the servers are done, the client left {unread} streams unread"
                 return s.verdict("client", LIKELY, f"{said} has nothing in flight for them: {done}")
-        # The load reads every stream it opened, unless its agents hold them over a bounded
-        # pool: what it has not read has not reached it (a link that slices the answers still
-        # carries a short /health in time).
+        # The client reads every stream it did not leave unread: what it has not read has not
+        # reached it (a link that slices the answers still carries a short /health in time).
         said = f"{n} streams {kind} while the router has nothing in flight to any decode"
         return s.lost_on(
             "client->router", f"{said}: the bytes are between the router and the client"
