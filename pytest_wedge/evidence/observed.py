@@ -16,6 +16,9 @@ DIRECTIONS = ("upstream", "downstream")
 # How a fetch that timed out is told (evidence/fetch.py writes it; Observed.waited_s reads it).
 TIMED_OUT = "did not answer within {:.2f} s"
 _TIMED_OUT = re.compile(r"did not answer within ([0-9.]+) s")
+# A far end that answered /health directly within this share of the time its probe through a
+# link was given did not make that probe time out: the link did.
+BRISK_SHARE = 0.5
 # The colours of a log line as tailed (smg writes ANSI-coloured text).
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -177,6 +180,16 @@ class Observed:
         if via is None or via == "ok" or self.health.get(end) != "ok":
             return None
         return f"{link} does not carry /health to {end} ({via}), while {end} answers it directly"
+
+    def path_unclear(self, link: str) -> bool:
+        """``link`` did not carry ``/health`` in the time it was given, but its far end's direct
+        answer was no brisker than that: the machine, not the link, may have been slow."""
+        via = self.health.get(f"via {link}", "")
+        if self.path_broken(link) is None or "within" not in via:
+            return False
+        waited = self.waited_s(f"via {link}")
+        direct_s = self.health_s.get(self.far_end(link))
+        return not (waited and direct_s is not None and direct_s < waited * BRISK_SHARE)
 
     def process(self, component: str) -> str:
         return self.processes.get(component, "unknown")

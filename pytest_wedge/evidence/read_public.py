@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from pytest_wedge.evidence.fetch import get, http_client
+from pytest_wedge.evidence.fetch import gather, get, http_client
 from pytest_wedge.evidence.observed import ANSI_ESCAPES, ClientRecord, Observed, RouterWorker
 from pytest_wedge.evidence.parse import (
     parse_engine_metrics,
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 LOG_TAIL_BYTES = 4096
 REAL_ENGINE_READ_S = 1.0  # a Kubernetes probe's default timeoutSeconds
+# The second look at a path whose /health timed out while its far end was slow to answer too.
+UNCLEAR_PATH_WAIT_S = 1.0
 LOG_TAIL_LINES = 12
 ROUTER_LOG_SCAN_BYTES = 256 * 1024
 # smg's line when a worker answered a PD leg with an error status (pd_router.rs): the router
@@ -182,6 +185,29 @@ def observed_jobs(
         add("logs", partial(log_tails, topology), timeout_s)
         add("router log", partial(error_answers_read, topology), timeout_s)
     return jobs, timeouts
+
+
+def recheck_unclear_paths(
+    topology: Topology, obs: Observed, timeout_s: float, pool: ThreadPoolExecutor | None = None
+) -> None:
+    """Ask /health again, longer, through each link that did not carry it while its far end
+    answered directly only slowly, and of that far end at the same moment. On a loaded machine
+    a healthy link can miss the first, short wait; a black hole misses any wait. What the
+    second look saw replaces the first."""
+    unclear = [link for link in obs.link_names if obs.path_unclear(link)]
+    if not unclear:
+        return
+    addr = addresses(topology)
+    wait_s = max(2 * engine_read_timeout(topology, timeout_s), UNCLEAR_PATH_WAIT_S)
+    jobs: Jobs = {}
+    for link in unclear:
+        end = obs.far_end(link)
+        jobs[f"via {link} health"] = partial(_health, addr[link] + "/health", wait_s)
+        jobs[f"{end} health"] = partial(_health, addr[end] + "/health", wait_s)
+    results, failed = gather(jobs, dict.fromkeys(jobs, wait_s), pool)
+    for key in results:
+        obs.unanswered.pop(key, None)
+    fill_observed(obs, topology, results, failed)
 
 
 def engine_read_timeout(topology: Topology, timeout_s: float) -> float:

@@ -29,6 +29,7 @@ from pytest_wedge.evidence.read_public import (
     empty_observed,
     fill_observed,
     observed_jobs,
+    recheck_unclear_paths,
 )
 from pytest_wedge.evidence.truth import LedgerEntry, LinkState, StubState, Toxic
 
@@ -257,6 +258,9 @@ def read_servers(
     results, failed = gather(jobs, timeouts, pool)
     snapshot = empty_snapshot(topology)
     fill(snapshot, topology, results, failed, public)
+    if extras:
+        assert snapshot.observed is not None
+        recheck_unclear_paths(topology, snapshot.observed, timeout_s, pool)
     return snapshot
 
 

@@ -20,10 +20,6 @@ RATE_WINDOW_S = 1.0
 # ending so is dropped without doubt when the verdict names that hop after all.
 CARRIES_HEALTH = "it carries /health to its far end"
 ANSWERS_HEALTH = "answers /health and /metrics on its own ports"
-# A far end that answered /health directly within this share of the time its probe through a
-# link was given did not make that probe time out: the link did (0.1 s of a stub's 0.2 s, 0.5 s
-# of a real engine's 1 s).
-BRISK_SHARE = 0.5
 HELD_GAUGES = (
     "num_queue_reqs",
     "num_running_reqs",
@@ -367,10 +363,7 @@ class Servers:
             if why is not None:
                 if "within" not in self.obs.health.get(f"via {link}", ""):
                     return self.verdict(link, CERTAIN, why)  # refused or reset: no doubt
-                # A timeout through the link counts only when the far end answered briskly.
-                waited = self.obs.waited_s(f"via {link}")
-                direct_s = self.obs.health_s.get(self.obs.far_end(link))
-                if waited and direct_s is not None and direct_s < waited * BRISK_SHARE:
+                if not self.obs.path_unclear(link):
                     return self.verdict(link, LIKELY, why)
             if self.obs.health.get(f"via {link}") == "ok":
                 self.rule_out(link, CARRIES_HEALTH)

@@ -1,0 +1,57 @@
+"""A /health through a link that timed out while its far end was slow to answer directly is
+asked again, longer: on a loaded machine a healthy link can miss the first short wait, and the
+locator could neither name the link nor clear it. A black hole misses the longer wait too."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_wedge.evidence.observed import Observed
+from pytest_wedge.evidence.read_public import UNCLEAR_PATH_WAIT_S, recheck_unclear_paths
+from pytest_wedge.evidence.snapshot import read_servers
+from pytest_wedge.faults import Timeout
+from pytest_wedge.handle import Wedge
+
+pytestmark = pytest.mark.timeout(60)
+LINK = "router->decode-0"
+
+
+def read(wedge: Wedge) -> Observed:
+    snapshot = read_servers(wedge.topology, 0.2, truth=False, ledgers=False, ledger_timeout_s=0.5)
+    assert snapshot.observed is not None
+    return snapshot.observed
+
+
+def as_on_a_loaded_machine(obs: Observed) -> Observed:
+    """The first look as a loaded machine gives it: the link's probe timed out and the far
+    end's own answer took most of that wait."""
+    obs.health[f"via {LINK}"] = "did not answer within 0.20 s (ReadTimeout)"
+    obs.unanswered[f"via {LINK} health"] = obs.health[f"via {LINK}"]
+    obs.health_s["decode-0"] = 0.15
+    assert obs.path_unclear(LINK)
+    return obs
+
+
+def test_a_black_hole_misses_the_longer_wait_too(wedge: Wedge) -> None:
+    wedge.apply(Timeout(target=LINK, timeout_ms=0))
+    obs = as_on_a_loaded_machine(read(wedge))
+    recheck_unclear_paths(wedge.topology, obs, 0.2)
+    assert obs.waited_s(f"via {LINK}") == UNCLEAR_PATH_WAIT_S, obs.health
+    assert obs.health["decode-0"] == "ok"
+    assert obs.path_broken(LINK) is not None
+    assert not obs.path_unclear(LINK), (obs.health, obs.health_s)
+
+
+def test_a_healthy_link_answers_the_longer_wait(wedge: Wedge) -> None:
+    obs = as_on_a_loaded_machine(read(wedge))
+    recheck_unclear_paths(wedge.topology, obs, 0.2)
+    assert obs.health[f"via {LINK}"] == "ok"
+    assert f"via {LINK} health" not in obs.unanswered
+    assert obs.path_broken(LINK) is None
+
+
+def test_a_link_that_timed_out_beside_a_brisk_far_end_is_not_asked_again(wedge: Wedge) -> None:
+    obs = as_on_a_loaded_machine(read(wedge))
+    obs.health_s["decode-0"] = 0.01
+    recheck_unclear_paths(wedge.topology, obs, 0.2)
+    assert obs.health[f"via {LINK}"] == "did not answer within 0.20 s (ReadTimeout)"
