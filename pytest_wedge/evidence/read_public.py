@@ -14,6 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import httpx
+
 from pytest_wedge.evidence.fetch import gather, get, http_client
 from pytest_wedge.evidence.observed import ANSI_ESCAPES, ClientRecord, Observed, RouterWorker
 from pytest_wedge.evidence.parse import (
@@ -140,6 +142,26 @@ def _health(url: str, timeout_s: float) -> float:
     return time.perf_counter() - started
 
 
+class TrickledAnswer(httpx.ReadTimeout):
+    """The answer kept coming, a few bytes at a time, past the whole wait it was given."""
+
+
+def _health_through(url: str, timeout_s: float) -> float:
+    """Seconds ``/health`` through a link took to arrive whole. ``timeout_s`` bounds the whole
+    answer, not each read: a link that passes a few bytes at a time (Toxiproxy's slicer or
+    bandwidth toxics) never lets one read time out, yet no request crosses it in time."""
+    started = time.perf_counter()
+    with http_client().stream("GET", url, timeout=timeout_s) as response:
+        for _ in response.iter_raw():
+            if time.perf_counter() - started > timeout_s:
+                raise TrickledAnswer(f"the whole answer took over {timeout_s:g} s")
+        response.raise_for_status()
+    took = time.perf_counter() - started
+    if took > timeout_s:
+        raise TrickledAnswer(f"the whole answer took {took:.2f} s")
+    return took
+
+
 def observed_jobs(
     topology: Topology,
     timeout_s: float,
@@ -178,7 +200,8 @@ def observed_jobs(
             if transfer and _zmq_side_channel(topology, running.spec.target):
                 continue
             far_s = timeout_s if link.endswith("->router") else worker_s
-            add(f"via {link} health", partial(_health, addr[link] + "/health", far_s), far_s)
+            url = addr[link] + "/health"
+            add(f"via {link} health", partial(_health_through, url, far_s), far_s)
         add("router health", partial(_health, addr["router"] + "/health", timeout_s), timeout_s)
         add("router workers", partial(get, addr["router"] + "/workers", timeout_s), timeout_s)
         add("processes", partial(processes, topology), timeout_s)
@@ -202,7 +225,7 @@ def recheck_unclear_paths(
     jobs: Jobs = {}
     for link in unclear:
         end = obs.far_end(link)
-        jobs[f"via {link} health"] = partial(_health, addr[link] + "/health", wait_s)
+        jobs[f"via {link} health"] = partial(_health_through, addr[link] + "/health", wait_s)
         jobs[f"{end} health"] = partial(_health, addr[end] + "/health", wait_s)
     results, failed = gather(jobs, dict.fromkeys(jobs, wait_s), pool)
     for key in results:

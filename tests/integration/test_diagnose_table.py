@@ -38,6 +38,7 @@ from pytest_wedge.faults import (
     Kill,
     Pause,
     Restart,
+    Slicer,
     StallAfterTokens,
     StallBeforeFirstToken,
     Timeout,
@@ -66,6 +67,12 @@ class Row:
 
 def black_hole(link: str, stream: str = "downstream") -> Callable[[], Fault]:
     return lambda: Timeout(target=link, timeout_ms=0, stream=stream)
+
+
+def trickle(link: str, size_bytes: int = 16) -> Callable[[], Fault]:
+    """``size_bytes`` every 50 ms: each read arrives within the probes' 0.2 s, a whole answer
+    does not."""
+    return lambda: Slicer(target=link, average_size_bytes=size_bytes, delay_us=50_000)
 
 
 VLLM = {"protocol": "vllm"}
@@ -98,6 +105,12 @@ ROWS: dict[str, Row] = {
     ),
     "decode-0->prefill-0 black hole, downstream": Row(
         "decode-0->prefill-0", black_hole("decode-0->prefill-0")
+    ),
+    "router->decode-0 trickles, downstream": Row(
+        "router->decode-0", trickle("router->decode-0"), stray="prefill-0"
+    ),
+    "decode-0->prefill-0 trickles, downstream": Row(
+        "decode-0->prefill-0", trickle("decode-0->prefill-0", 4)
     ),
     "prefill stalls before its first token": Row(
         "prefill-0", lambda: StallBeforeFirstToken(target="prefill-0")
@@ -139,6 +152,13 @@ ROWS: dict[str, Row] = {
     "2P2D decode-1->prefill-0 black hole": Row(
         "decode-1->prefill-0",
         black_hole("decode-1->prefill-0"),
+        2,
+        2,
+        router_args=("--policy", "random"),
+    ),
+    "2P2D decode-1->prefill-0 trickles": Row(
+        "decode-1->prefill-0",
+        trickle("decode-1->prefill-0", 4),
         2,
         2,
         router_args=("--policy", "random"),

@@ -1,6 +1,7 @@
 """A /health through a link that timed out while its far end was slow to answer directly is
 asked again, longer: on a loaded machine a healthy link can miss the first short wait, and the
-locator could neither name the link nor clear it. A black hole misses the longer wait too."""
+locator could neither name the link nor clear it. A black hole misses the longer wait too.
+The wait bounds the whole answer: a link that passes a few bytes at a time does not carry it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from pytest_wedge.evidence.observed import Observed
 from pytest_wedge.evidence.read_public import UNCLEAR_PATH_WAIT_S, recheck_unclear_paths
 from pytest_wedge.evidence.snapshot import read_servers
-from pytest_wedge.faults import Timeout
+from pytest_wedge.faults import Slicer, Timeout
 from pytest_wedge.handle import Wedge
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,3 +56,13 @@ def test_a_link_that_timed_out_beside_a_brisk_far_end_is_not_asked_again(wedge: 
     obs.health_s["decode-0"] = 0.01
     recheck_unclear_paths(wedge.topology, obs, 0.2)
     assert obs.health[f"via {LINK}"] == "did not answer within 0.20 s (ReadTimeout)"
+
+
+def test_a_link_that_trickles_does_not_carry_health(wedge: Wedge) -> None:
+    # 16 bytes every 50 ms: no read waits 0.2 s, but the answer needs about half a second.
+    wedge.apply(Slicer(target=LINK, average_size_bytes=16, delay_us=50_000))
+    obs = read(wedge)
+    assert obs.health["decode-0"] == "ok"
+    assert "(TrickledAnswer)" in obs.health[f"via {LINK}"], obs.health
+    assert obs.path_broken(LINK) is not None
+    assert obs.health["via router->prefill-0"] == "ok"

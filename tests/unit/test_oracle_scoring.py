@@ -127,6 +127,7 @@ def test_a_run_reserves_its_share_of_held_out_draws_and_replays_them() -> None:
     draws = [draw(seed * DRAWS_PER_SEED + i) for i in range(400)]
     held = [d for d in draws if d.heldout]
     assert len(held) >= 400 // HELDOUT_EVERY
-    assert all(d.shape == "2P2D" and "->prefill-" in d.hop for d in held)
-    assert {d.fault for d in held} == {"Slicer", "Bandwidth"}
+    assert {d.shape for d in held} == {"2P1D"}
+    assert {d.shape for d in draws if not d.heldout} == {"1P1D", "2P2D"}
+    assert len({d.fault for d in held}) >= 10
     assert draw(seed * DRAWS_PER_SEED + 7) == draws[7]
