@@ -13,35 +13,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench.common import report
+from bench.neighbours import catalog_load
 from bench.real_wedges import spec_for
 from pytest_wedge.topology.session import WedgeSession
-from pytest_wedge.waiting import wait_for
 
 # The catalog on the stubs under two xdist workers, as CI runs it; bounded in rounds (each
 # takes about a minute), and ended as soon as the bring-up it loads is ready.
 LOAD_ROUNDS = 4
-LOAD_COMMAND = (
-    # The loop ends on Ctrl-C too, once the pytest it waits on has cleaned up.
-    "trap 'exit 130' INT; "
-    f"for round in $(seq {LOAD_ROUNDS}); do "
-    f"{sys.executable} -m pytest --wedge-scenarios -n 2 -q -p no:cacheprovider; done"
-)
-LOAD_START_TIMEOUT_S = 120.0
-# The last argument of an xdist worker (execnet's popen gateway).
-XDIST_WORKER_BOOTSTRAP = "import sys;exec(eval(sys.stdin.readline()))"
 
 
 def bring_up_s() -> float:
@@ -54,58 +39,13 @@ def bring_up_s() -> float:
         return float(str(session.bring_ups[-1]["seconds"]))
 
 
-def _xdist_workers(load: subprocess.Popen[bytes]) -> int:
-    try:
-        tree = psutil.Process(load.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0
-    return sum(1 for p in tree if _cmdline(p)[-1:] == [XDIST_WORKER_BOOTSTRAP])
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:
-        return []
-
-
-@contextmanager
-def catalog_load(log: Path) -> Iterator[None]:
-    """The stub catalog under ``-n 2`` running beside the block, started when both its xdist
-    workers run, and ended (its process group) when the block ends."""
-    with open(log, "ab") as out:
-        load = subprocess.Popen(
-            ["bash", "-c", LOAD_COMMAND], stdout=out, stderr=out, start_new_session=True
-        )
-    try:
-        wait_for(
-            lambda: _xdist_workers(load) >= 2 or load.poll() is not None,
-            timeout_s=LOAD_START_TIMEOUT_S,
-            interval_s=0.5,
-            what="the catalog's two xdist workers",
-        )
-        if load.poll() is not None:
-            raise RuntimeError(f"the catalog load ended at once (exit {load.returncode}): {log}")
-        yield
-    finally:
-        # Ctrl-C, which the plugin answers by ending what its sessions started (their own
-        # process groups, which a signal to this group does not reach).
-        with suppress(ProcessLookupError):
-            os.killpg(load.pid, signal.SIGINT)
-        try:
-            load.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(load.pid, signal.SIGKILL)
-            load.wait()
-
-
 def pairs(runs: int, log: Path) -> dict[str, Any]:
     quiet: list[float] = []
     loaded: list[float] = []
     loadavg: list[float] = []
     for _ in range(runs):
         quiet.append(bring_up_s())
-        with catalog_load(log):
+        with catalog_load(log, workers=2, rounds=LOAD_ROUNDS):
             loaded.append(bring_up_s())
             loadavg.append(os.getloadavg()[0])
     return {"quiet_s": quiet, "loaded_s": loaded, "loadavg_1min_at_ready": loadavg}

@@ -21,7 +21,10 @@ out of the main figures. The family before it (Slicer and Bandwidth on 2P+2D tra
 was spent once its draws were read to fix the locator: it scored 77.8 % (seed 755773) and
 53.8 % (seed 98044) while held out, and its faults are now among the main draws.
 
-    python -m bench.wedges [--draws 400] [--seed S] [--out PATH] [--replay DRAW_SEED ...]
+    python -m bench.wedges [--draws 400] [--seed S] [--out PATH] [--replay DRAW_SEED ...] [--heavy]
+
+``--heavy`` runs it under the heavy recipe: the catalog looping under ``-n 4`` beside three
+busy loops, as on a loaded CI runner (``loadavg_1min_median`` says how loaded it was).
 
 Every run draws a fresh seed unless given one, and prints it first; ``--seed S --draws N``
 replays a run, ``--replay <draw seed>`` one draw. One topology per shape is reused; each draw
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import report
+from bench.neighbours import catalog_load
 from pytest_wedge.diagnostics import diagnose
 from pytest_wedge.diagnostics.oracle import InjectedFault, elsewhere, injected_faults, locate
 from pytest_wedge.evidence.snapshot import Snapshot, collect
@@ -79,6 +83,9 @@ from pytest_wedge.waiting import wait_for
 
 OVERDUE_S = 1.0
 SHOW_WITHIN_S = 4.0
+# The heavy recipe (--heavy): the catalog looping under -n 4 beside three busy loops, bounded
+# in rounds (about 40 s each there) well past a 400-draw run.
+HEAVY = {"workers": 4, "rounds": 200, "busy": 3}
 # A decode-only restart first drops what the decode held; the wedge it models (its transfers)
 # shows on requests sent after the decode is back, a second overdue and more.
 TRANSFER_WEDGE_WITHIN_S = 8.0
@@ -547,6 +554,11 @@ def main(argv: list[str] | None = None) -> None:
         "--out", default=os.environ.get("WEDGE_BENCH_OUT", ".wedge-artifacts/bench/wedges.json")
     )
     parser.add_argument("--replay", type=int, nargs="*", default=[])
+    parser.add_argument(
+        "--heavy",
+        action="store_true",
+        help="run beside the catalog looping under -n 4 and 3 busy loops (a loaded CI runner)",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     if args.draws > DRAWS_PER_SEED:
         parser.error(f"--draws must be at most {DRAWS_PER_SEED}")
@@ -559,14 +571,28 @@ def main(argv: list[str] | None = None) -> None:
         )
     started = time.time()
     out = Path(args.out)
-    with tempfile.TemporaryDirectory() as tmp, WedgeSession(artifacts_dir=tmp) as session:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    neighbours = (
+        catalog_load(out.with_suffix(".catalog.log"), **HEAVY)
+        if args.heavy
+        else contextlib.nullcontext()
+    )
+    loadavg: list[float] = []
+    with (
+        neighbours,
+        tempfile.TemporaryDirectory() as tmp,
+        WedgeSession(artifacts_dir=tmp) as session,
+    ):
         rows = []
         for i, seed in enumerate(seeds):
             rows.append(run_draw(session, draw(seed)))
+            loadavg.append(os.getloadavg()[0])
             print(_row_line(i + 1, len(seeds), rows[-1]), flush=True)
         figures = summarize(rows)
+        figures["loadavg_1min_median"] = statistics.median(loadavg) if loadavg else 0.0
         _save(out, args.seed, figures, rows, started)  # kept should the latency run fail
         big = latency_1000_in_flight(session) if not args.replay else []
+    report("loadavg_1min_median", figures["loadavg_1min_median"])
     for name in FIGURES:
         report(name, figures[name])
     if big:
