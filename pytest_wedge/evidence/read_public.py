@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from pytest_wedge.evidence.fetch import gather, get, http_client
-from pytest_wedge.evidence.observed import ANSI_ESCAPES, ClientRecord, Observed, RouterWorker
+from pytest_wedge.evidence.observed import (
+    ANSI_ESCAPES,
+    TIMED_OUT,
+    ClientRecord,
+    Observed,
+    RouterWorker,
+)
 from pytest_wedge.evidence.parse import (
     parse_engine_metrics,
     parse_link_bytes,
@@ -34,6 +40,10 @@ LOG_TAIL_BYTES = 4096
 REAL_ENGINE_READ_S = 1.0  # a Kubernetes probe's default timeoutSeconds
 # The second look at a path whose /health timed out while its far end was slow to answer too.
 UNCLEAR_PATH_WAIT_S = 1.0
+# A link that carries /health more than this many times slower than its far end answers
+# directly (and slower than the floor, which load alone does not reach) is a slow path.
+SLOW_PATH_FACTOR = 4.0
+SLOW_PATH_FLOOR_S = 0.2
 LOG_TAIL_LINES = 12
 ROUTER_LOG_SCAN_BYTES = 256 * 1024
 # smg's line when a worker answered a PD leg with an error status (pd_router.rs): the router
@@ -213,11 +223,18 @@ def observed_jobs(
 def recheck_unclear_paths(
     topology: Topology, obs: Observed, timeout_s: float, pool: ThreadPoolExecutor | None = None
 ) -> None:
-    """Ask /health again, longer, through each link that did not carry it while its far end
-    answered directly only slowly, and of that far end at the same moment. On a loaded machine
-    a healthy link can miss the first, short wait; a black hole misses any wait. What the
-    second look saw replaces the first."""
-    unclear = [link for link in obs.link_names if obs.path_unclear(link)]
+    """Ask /health again, longer, through each link whose first answer was unclear, and of its
+    far end at the same moment: a link that did not carry it while the far end answered only
+    slowly too, or whose answer arrived whole only after the wait, or far slower than the far
+    end answered directly. Among the many fetches of one observation on a loaded machine a
+    healthy link can do each of these; a black hole misses any wait, and Toxiproxy's slicer
+    (a few bytes at a time) stays as slow when asked alone. What the second look saw replaces
+    the first; a link still that slow then counts as one that did not answer in time."""
+    unclear = [
+        link
+        for link in obs.link_names
+        if obs.path_unclear(link) or _trickled(obs, link) or _slow(obs, link)
+    ]
     if not unclear:
         return
     addr = addresses(topology)
@@ -231,6 +248,26 @@ def recheck_unclear_paths(
     for key in results:
         obs.unanswered.pop(key, None)
     fill_observed(obs, topology, results, failed)
+    for link in unclear:
+        if (limit := _slow(obs, link)) is not None:
+            took, direct = obs.health_s[f"via {link}"], obs.health_s[obs.far_end(link)]
+            end = obs.far_end(link)
+            why = f"{TIMED_OUT.format(limit)} (took {took:.2f} s; {end} directly {direct:.2f} s)"
+            obs.health[f"via {link}"] = obs.unanswered[f"via {link} health"] = why
+
+
+def _trickled(obs: Observed, link: str) -> bool:
+    return f"({TrickledAnswer.__name__})" in obs.health.get(f"via {link}", "")
+
+
+def _slow(obs: Observed, link: str) -> float | None:
+    """The time ``link`` should have carried /health in, when it took longer: several times
+    what its far end took to answer directly, and never under ``SLOW_PATH_FLOOR_S``."""
+    via, end = f"via {link}", obs.far_end(link)
+    if obs.health.get(via) != "ok" or obs.health.get(end) != "ok":
+        return None
+    limit = max(SLOW_PATH_FLOOR_S, SLOW_PATH_FACTOR * obs.health_s.get(end, 0.0))
+    return limit if obs.health_s.get(via, 0.0) > limit else None
 
 
 def engine_read_timeout(topology: Topology, timeout_s: float) -> float:

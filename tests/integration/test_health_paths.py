@@ -61,8 +61,29 @@ def test_a_link_that_timed_out_beside_a_brisk_far_end_is_not_asked_again(wedge: 
 def test_a_link_that_trickles_does_not_carry_health(wedge: Wedge) -> None:
     # 16 bytes every 50 ms: no read waits 0.2 s, but the answer needs about half a second.
     wedge.apply(Slicer(target=LINK, average_size_bytes=16, delay_us=50_000))
+    # Late whole in the first look, it is asked again alone: as slow, it counts as late.
     obs = read(wedge)
     assert obs.health["decode-0"] == "ok"
-    assert "(TrickledAnswer)" in obs.health[f"via {LINK}"], obs.health
-    assert obs.path_broken(LINK) is not None
+    assert obs.health[f"via {LINK}"].startswith("did not answer within"), obs.health
+    assert obs.path_broken(LINK) is not None and not obs.path_unclear(LINK)
+    assert obs.health["via router->prefill-0"] == "ok"
+
+
+def test_a_healthy_link_late_among_many_fetches_answers_when_asked_alone(wedge: Wedge) -> None:
+    obs = read(wedge)
+    obs.health[f"via {LINK}"] = "did not answer within 0.20 s (TrickledAnswer)"
+    recheck_unclear_paths(wedge.topology, obs, 0.2)
+    assert obs.health[f"via {LINK}"] == "ok"
+
+
+def test_a_link_far_slower_than_its_far_end_counts_as_not_answering_in_time(wedge: Wedge) -> None:
+    # Given a real engine's 1 s, the trickle arrives whole (about 0.5 s), but some forty times
+    # slower than decode-0 answers directly: asked again, it is as slow, and counts as late.
+    wedge.apply(Slicer(target=LINK, average_size_bytes=16, delay_us=50_000))
+    snapshot = read_servers(wedge.topology, 1.0, truth=False, ledgers=False, ledger_timeout_s=0.5)
+    obs = snapshot.observed
+    assert obs is not None
+    via = obs.health[f"via {LINK}"]
+    assert via.startswith("did not answer within") and "took" in via, obs.health
+    assert obs.path_broken(LINK) is not None and not obs.path_unclear(LINK)
     assert obs.health["via router->prefill-0"] == "ok"
