@@ -338,6 +338,24 @@ def test_kv_ready_on_one_prefill_while_both_decodes_wait_for_kv_is_only_likely()
     located(obs, "decode-1->prefill-1", "likely")
 
 
+def test_kv_ready_on_the_other_prefill_too_makes_the_pair_only_likely() -> None:
+    # A decode restarted without its prefills waits on both of them (bench seed 42396700016,
+    # read certain on one pair while the requests were held on both): the fewer KV ready on
+    # prefill-0 may be this decode's too.
+    obs = observed(
+        pending(),
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_0=5, prefill_1=25, decode_1=30),
+        workers={
+            "prefill-0": {"num_prefill_inflight_queue_reqs": 5.0},
+            "prefill-1": {"num_prefill_inflight_queue_reqs": 25.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+    )
+    located(obs, "decode-1->prefill-1", "likely")
+
+
 def test_a_prefill_gauge_seen_once_after_the_requests_were_overdue_holds_nothing() -> None:
     # The probe's sample predates the overdue requests, so the workers were read twice after:
     # a healthy prefill-0 caught mid-burst in the second read only is not where they are held

@@ -156,8 +156,11 @@ def _transfer(s: Servers, d: Worker) -> Verdict:
             if q is not p
         ):
             sure = LIKELY
-        # So does another decode waiting for KV: the KV ready may be the other one's.
-        if any(o.waiting_kv_now for o in s.role("decode") if o is not d):
+        # So does another decode waiting for KV: the KV ready may be the other one's. And KV
+        # ready on another prefill, fewer: some of the decode's requests may wait on it.
+        if any(o.waiting_kv_now for o in s.role("decode") if o is not d) or any(
+            q.ready_for_router >= 1 for q in prefills if q is not p
+        ):
             sure = LIKELY
         kv = f"{p.name} has {p.ready_for_router:g} with KV ready that no decode fetched"
         return s.verdict(
