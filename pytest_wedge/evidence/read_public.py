@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 LOG_TAIL_BYTES = 4096
 REAL_ENGINE_READ_S = 1.0  # a Kubernetes probe's default timeoutSeconds
-# The second look at a path whose /health timed out while its far end was slow to answer too.
+# How long the second look at an unclear path gets (recheck_unclear_paths).
 UNCLEAR_PATH_WAIT_S = 1.0
 # A link that carries /health more than this many times slower than its far end answers
 # directly (and slower than the floor, which load alone does not reach) is a slow path.
