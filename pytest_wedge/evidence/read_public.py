@@ -250,8 +250,8 @@ def recheck_unclear_paths(
     fill_observed(obs, topology, results, failed)
     for link in unclear:
         if (limit := _slow(obs, link)) is not None:
-            took, direct = obs.health_s[f"via {link}"], obs.health_s[obs.far_end(link)]
             end = obs.far_end(link)
+            took, direct = obs.health_s[f"via {link}"], obs.health_s[end]
             why = f"{TIMED_OUT.format(limit)} (took {took:.2f} s; {end} directly {direct:.2f} s)"
             obs.health[f"via {link}"] = obs.unanswered[f"via {link} health"] = why
 
