@@ -113,9 +113,11 @@ class Context:
         faults: Iterable[InjectedFault] = (),
         since: float | None = None,
         at: float | None = None,
+        overdue_after_s: float = 1.0,
     ) -> None:
         self.snapshot = snapshot
         self.since = since
+        self.overdue_after_s = overdue_after_s
         # The client's view was copied first and the worker ledgers are read last (under
         # load, a good while later): the walk reads them as they were at the client's moment,
         # or at ``at``, an earlier moment to judge.
@@ -249,7 +251,9 @@ def _decode_stage(seen: Seen) -> str:
     return "waiting for KV"
 
 
-def _back_to_client(ctx: Context, d: Seen, prefill: str | None) -> Hold:
+def _back_to_client(
+    ctx: Context, record: ClientRecord, d: Seen, prefill: str | None
+) -> Hold | None:
     """The decode finished; the bytes were lost on the way back (or the router still waits for
     the prefill's answer, which it needs before it answers the client)."""
     decode = d.component
@@ -266,6 +270,10 @@ def _back_to_client(ctx: Context, d: Seen, prefill: str | None) -> Hold:
     if arrived and on_the_way < finished - arrived:
         held = f"held it {finished - arrived:.2f} s and finished it {on_the_way:.2f} s ago"
         return Hold(f"{decode} (finished)", decode, f"{decode} {held}: its bytes are on their way")
+    if on_the_way < ctx.overdue_after_s and not record.get("left_unread"):
+        # Finished a moment ago and not left unread: a client short of CPU has yet to read it.
+        # Nothing holds it; a leaked stream stays unread for longer than a request may take.
+        return None
     unread = "finished it but the client never read the response (a leaked stream?)"
     return Hold(f"{decode} (finished)", "client", f"{decode} {unread}")
 
@@ -367,7 +375,9 @@ def _slow_transfer(ctx: Context, d: Seen, p: Seen) -> str | None:
     return f"{d.component} waited {waited:.1f} s for its KV after {p.component} had it ready"
 
 
-def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, failed: bool) -> Hold:
+def _at_decode(
+    ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, failed: bool
+) -> Hold | None:
     stage = _decode_stage(d)
     where = f"{d.component} ({stage})"
     if p is not None and ctx.refused_fetch(d, p, record):
@@ -377,7 +387,7 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
     if p is not None and (slow := _slow_transfer(ctx, d, p)) is not None:
         return Hold(where, f"{d.component}->{p.component}", slow)
     if stage == "ok":
-        return _back_to_client(ctx, d, p.component if p else None)
+        return _back_to_client(ctx, record, d, p.component if p else None)
     client_tokens = int(record.get("tokens") or 0)
     if d.tokens > client_tokens + 1 and record.get("state") == "pending":
         # The decode produced more than the client got: the bytes are stuck on the way back.
@@ -393,8 +403,9 @@ def _at_decode(ctx: Context, record: ClientRecord, d: Seen, p: Seen | None, fail
     return Hold(where, d.component, f"{d.component}: {stage}, state {d.state}")
 
 
-def classify(ctx: Context, record: ClientRecord) -> Hold:
-    """The furthest hop ``record`` reached and the hop that holds it."""
+def classify(ctx: Context, record: ClientRecord) -> Hold | None:
+    """The furthest hop ``record`` reached and the hop that holds it; None when nothing holds
+    it (finished a moment ago, on its way to a client that has yet to read it)."""
     error = record.get("error") or ""
     failed = record.get("state") in FAILED_STATES
     if record.get("sent") is None:

@@ -7,7 +7,9 @@ The reference rule:
 
 - Wedged: the origin's requests pending longer than ``overdue_after_s`` since they were sent
   (or since created, when the client's pool was full), and those that failed after the
-  current fault started (``since``; without faults, within ``window_s``).
+  current fault started (``since``; without faults, within ``window_s``), less those a decode
+  finished under ``overdue_after_s`` ago that the client has not read yet and did not leave
+  unread: a client short of CPU is late, no hop holds them.
 - Each is walked over the ledgers to the hop that holds it (hops.py); where the ledgers cannot
   tell a link from its ends, the injected fault's hop and the process states decide.
 - The location is the hop holding most of them: the injected fault's hop where the fault
@@ -253,10 +255,10 @@ def locate(
     if at is not None:
         then = (client_as_of(r, at) for r in snapshot.client)
         snapshot = replace(snapshot, client=[r for r in then if r is not None], taken_at=at)
-    ctx = Context(snapshot, faults, at=at)
+    ctx = Context(snapshot, faults, at=at, overdue_after_s=overdue_after_s)
     ctx.since = since if since is not None else _window_start(ctx, faults)
     wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
-    everyone = [(r, classify(ctx, r)) for r in wedged]
+    everyone = [(r, h) for r in wedged if (h := classify(ctx, r)) is not None]
     pairs = [(h.holding, r.get("origin", "?")) for r, h in everyone]
     location, stuck = place(pairs, origin, snapshot.prefill, snapshot.decode)
     held = [(r, h) for r, h in everyone if r.get("origin") == origin]

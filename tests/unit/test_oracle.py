@@ -233,6 +233,45 @@ def test_a_decode_only_restart_is_its_transfer_wedge_not_what_the_restart_droppe
     assert elsewhere(injected[0], found.location, snap.prefill) is not None
 
 
+def _finished_unread(first: int, n: int, *, ago: float) -> list[Any]:
+    """Requests decode-0 streamed to the end ``ago`` seconds before NOW (after holding them
+    0.2 s), whose bytes the client has not read yet."""
+    stamps = {"arrived": NOW - ago - 0.2}
+    done = dict(kv_received=ago + 0.15, first_token=ago + 0.1, finished=ago)
+    return [
+        {**entry(i, "ok", tokens=16, **done), "t": stamps | {k: NOW - v for k, v in done.items()}}
+        for i in range(first, first + n)
+    ]
+
+
+def test_a_client_short_of_cpu_is_late_no_hop_holds_what_it_has_yet_to_read() -> None:
+    """As in the heavy bench's three draws where the oracle said ``client`` (seeds 42396700050,
+    42396700224, 42396700271): a KV black hole on a transfer link, and a client starved of CPU
+    that had not yet read what the decode finished 0.3 s before. Those requests are overdue,
+    but nothing holds them: the wedge is the black-holed transfer."""
+    waiting = [request(i) for i in range(6)]
+    unread = [request(i, age=1.4) for i in range(6, 20)]
+    ledgers = {
+        "prefill-0": [entry(i, "ok", kv_ready=1.8) for i in range(6)],
+        "decode-0": [entry(i, "transfer", transfer_start=1.8) for i in range(6)]
+        + _finished_unread(6, 14, ago=0.3),
+    }
+    found = locate(
+        snapshot(waiting + unread, ledgers), faults=fault("Timeout", "decode-0->prefill-0")
+    )
+    assert (found.location, found.wedged) == ("decode-0->prefill-0", 6), found.render()
+
+
+def test_a_stream_left_unread_is_the_client_however_recent() -> None:
+    leaked = [request(i, age=1.4, left_unread=True) for i in range(10)]
+    snap = snapshot(leaked, {"decode-0": _finished_unread(0, 10, ago=0.3)})
+    assert locate(snap).location == "client"
+    # Unread for longer than a request may take: a leak, flagged or not.
+    stale = [request(i, age=3.0) for i in range(10)]
+    snap = snapshot(stale, {"decode-0": _finished_unread(0, 10, ago=2.0)})
+    assert locate(snap).location == "client"
+
+
 def test_breakers_opened_by_a_failing_prefill_are_that_prefill() -> None:
     refused = [
         request(
