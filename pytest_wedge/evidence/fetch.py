@@ -41,24 +41,35 @@ def why(exc: BaseException, timeout_s: float) -> str:
     return f"did not answer: {type(exc).__name__}: {exc}"[:200]
 
 
+_pool: ThreadPoolExecutor | None = None
+# Enough for the largest topology's fetches (2P+2D: about 40) of a diagnosis and a probe sample
+# at once; every fetch has a timeout, so none keeps a thread.
+POOL_THREADS = 64
+
+
+def fetch_pool() -> ThreadPoolExecutor:
+    """One pool of fetch threads for the process: starting a thread per fetch costs a loaded
+    machine more than the fetches themselves."""
+    global _pool
+    with _client_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="wedge-fetch")
+        return _pool
+
+
 def gather(
     jobs: dict[str, Callable[[], Any]],
     timeouts: dict[str, float],
     pool: ThreadPoolExecutor | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Run every job at once; results by key, and failures as evidence by key."""
-    own = pool is None
-    pool = pool or ThreadPoolExecutor(max(1, len(jobs)), thread_name_prefix="wedge-diag")
+    pool = pool or fetch_pool()
+    futures = {key: pool.submit(job) for key, job in jobs.items()}
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}
-    try:
-        futures = {key: pool.submit(job) for key, job in jobs.items()}
-        for key, future in futures.items():
-            try:
-                results[key] = future.result()
-            except Exception as exc:
-                failed[key] = why(exc, timeouts.get(key, 0.0))
-    finally:
-        if own:
-            pool.shutdown(wait=False)
+    for key, future in futures.items():
+        try:
+            results[key] = future.result()
+        except Exception as exc:
+            failed[key] = why(exc, timeouts.get(key, 0.0))
     return results, failed

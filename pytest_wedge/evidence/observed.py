@@ -196,10 +196,14 @@ class Observed:
 
     def named_url(self, url: str) -> str | None:
         """The component or link whose address ``url`` starts with (longest match)."""
-        found = [
-            name for name, address in self.addresses.items() if address and url.startswith(address)
-        ]
-        return max(found, key=lambda name: len(self.addresses[name]), default=None)
+        # Asked once per client request by several rules, for a handful of distinct URLs: a
+        # diagnosis of 1000 requests otherwise spends most of its time here. Not a field, so
+        # never serialized; ``addresses`` are fixed when the observation is made.
+        known: dict[str, str | None] = self.__dict__.setdefault("_named_urls", {})
+        if url not in known:
+            found = [name for name, at in self.addresses.items() if at and url.startswith(at)]
+            known[url] = max(found, key=lambda name: len(self.addresses[name]), default=None)
+        return known[url]
 
     # -- engine metrics ----------------------------------------------------------------------
     def gauge(self, worker: str, name: str, since: float | None = None) -> float:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
 State = Literal["pending", "ok", "error", "timeout", "aborted", "unknown"]
@@ -179,7 +179,9 @@ class RequestRecord:
         return "overdue" if self.overdue(overdue_after_s, now) else "in_flight"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every field is a plain value: a shallow copy, at a tenth of asdict's cost, for a
+        # diagnosis that copies a thousand records on a loaded machine.
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
@@ -188,6 +190,9 @@ class RequestRecord:
         if record.state not in STATES:
             raise ValueError(f"record {record.request_id}: unknown state {record.state!r}")
         return record
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
 
 
 class LedgerView:
