@@ -370,7 +370,9 @@ def _slow_transfer(ctx: Context, d: Seen, p: Seen) -> str | None:
     if asked is None or got is None:
         return None
     waited = got - max(asked, p.t.get("kv_ready", asked))
-    if waited <= ctx.client_at - got:
+    # Nor can a wait shorter than half the time a request may take make it overdue: a request
+    # that got its KV at once and then broke on another hop is held there.
+    if waited <= ctx.client_at - got or waited < ctx.overdue_after_s / 2:
         return None
     return f"{d.component} waited {waited:.1f} s for its KV after {p.component} had it ready"
 
