@@ -120,6 +120,9 @@ class Observed:
     # "via <link>" (the far end's /health through the link, as the traffic goes)
     health: dict[str, str] = field(default_factory=dict)
     health_s: dict[str, float] = field(default_factory=dict)  # how long each answer took
+    # Links whose /health was asked a second time, alone and with a longer wait: what they
+    # showed then replaced the first look, one fetch among many on a loaded machine.
+    asked_again: list[str] = field(default_factory=list)
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
     workers_before: dict[str, dict[str, float]] = field(default_factory=dict)
     before_at: float | None = None

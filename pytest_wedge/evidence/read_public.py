@@ -248,6 +248,7 @@ def recheck_unclear_paths(
     for key in results:
         obs.unanswered.pop(key, None)
     fill_observed(obs, topology, results, failed)
+    obs.asked_again = sorted({*obs.asked_again, *unclear})
     for link in unclear:
         if (limit := _slow(obs, link)) is not None:
             end = obs.far_end(link)

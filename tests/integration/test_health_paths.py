@@ -41,6 +41,7 @@ def test_a_black_hole_misses_the_longer_wait_too(wedge: Wedge) -> None:
     assert obs.health["decode-0"] == "ok"
     assert obs.path_broken(LINK) is not None
     assert not obs.path_unclear(LINK), (obs.health, obs.health_s)
+    assert obs.asked_again == [LINK]  # what lets a verdict on it be certain
 
 
 def test_a_healthy_link_answers_the_longer_wait(wedge: Wedge) -> None:
