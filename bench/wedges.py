@@ -323,11 +323,17 @@ def one_draw(topology: Any, row: dict[str, Any]) -> Iterator[Wedge | None]:
 
 def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault], at: float) -> dict[str, Any]:
     """A draw the oracle got wrong, as a tests/unit/oracle_cases/ file: the snapshot trimmed to
-    the requests that did not end well and their ledger entries, without the toxics, and the
+    the requests that did not end well or were still open at ``at``, their ledger entries, without the toxics, and the
     moment the blind locator observed (``at``); set ``expected`` to the right answer once it is
     understood."""
     snapshot = truth.to_dict()
-    client = [r for r in truth.client if r.get("state") != "ok"]
+    # A request that ended well after ``at`` was still open when the blind locator looked, and
+    # one that ended just before it may still be on its way back to the client.
+    client = [
+        r
+        for r in truth.client
+        if r.get("state") != "ok" or (r.get("finished") or at) >= at - OVERDUE_S
+    ]
     ids = {r.get("request_id") for r in client}
     ledgers = {
         name: [e for e in entries if e.get("request_id") in ids]

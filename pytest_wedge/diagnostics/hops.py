@@ -110,10 +110,10 @@ class Context:
     def __init__(
         self,
         snapshot: Snapshot,
+        overdue_after_s: float,
         faults: Iterable[InjectedFault] = (),
         since: float | None = None,
         at: float | None = None,
-        overdue_after_s: float = 1.0,
     ) -> None:
         self.snapshot = snapshot
         self.since = since

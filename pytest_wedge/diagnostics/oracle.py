@@ -255,7 +255,7 @@ def locate(
     if at is not None:
         then = (client_as_of(r, at) for r in snapshot.client)
         snapshot = replace(snapshot, client=[r for r in then if r is not None], taken_at=at)
-    ctx = Context(snapshot, faults, at=at, overdue_after_s=overdue_after_s)
+    ctx = Context(snapshot, overdue_after_s, faults, at=at)
     ctx.since = since if since is not None else _window_start(ctx, faults)
     wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
     everyone = [(r, h) for r in wedged if (h := classify(ctx, r)) is not None]

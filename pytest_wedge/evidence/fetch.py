@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from pytest_wedge.evidence.observed import TIMED_OUT
+from pytest_wedge.loopback import loopback_client
 
 _client_lock = threading.Lock()
 _shared: httpx.Client | None = None
@@ -21,8 +22,7 @@ def http_client() -> httpx.Client:
     global _shared
     with _client_lock:
         if _shared is None:
-            limits = httpx.Limits(max_connections=32, max_keepalive_connections=16)
-            _shared = httpx.Client(trust_env=False, limits=limits)
+            _shared = loopback_client()
         return _shared
 
 

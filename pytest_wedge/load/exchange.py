@@ -84,7 +84,11 @@ def new_httpx_client(
     the client's total deadline (asyncio.timeout); httpx's own timeouts stay off except the
     pool wait, a knob of incident 6."""
     return httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=max_connections),
+        # As many kept alive as allowed: httpcore 1.0.9 may close a surplus keep-alive that it
+        # has just handed to another request (encode/httpcore#1110).
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
         timeout=httpx.Timeout(None, pool=pool_timeout_s),
         trust_env=False,
         verify=_ssl_context(),
