@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from pytest_wedge.evidence.observed import TIMED_OUT
+from pytest_wedge.evidence.observed import NO_ANSWER, TIMED_OUT
 from pytest_wedge.loopback import loopback_client
 
 _client_lock = threading.Lock()
@@ -38,7 +38,7 @@ def why(exc: BaseException, timeout_s: float) -> str:
         return f"{TIMED_OUT.format(timeout_s)} ({type(exc).__name__})"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"answered {exc.response.status_code}"
-    return f"did not answer: {type(exc).__name__}: {exc}"[:200]
+    return f"{NO_ANSWER}: {type(exc).__name__}: {exc}"[:200]
 
 
 _pool: ThreadPoolExecutor | None = None

@@ -13,14 +13,23 @@ from typing import Any, Literal, TypedDict
 
 OBSERVED_FORMAT = "pytest-wedge/observed"
 DIRECTIONS = ("upstream", "downstream")
-# How a fetch that timed out is told (evidence/fetch.py writes it; Observed.waited_s reads it).
-TIMED_OUT = "did not answer within {:.2f} s"
+# How a fetch that failed is told. evidence/fetch.py writes these texts, the reports show
+# them, and recorded observations keep them; only the predicates below read them.
+NO_ANSWER = "did not answer"
+TIMED_OUT = NO_ANSWER + " within {:.2f} s"
 _TIMED_OUT = re.compile(r"did not answer within ([0-9.]+) s")
+# The mark of an answer that kept coming a few bytes at a time past its whole wait.
+TRICKLED = "(TrickledAnswer)"
 # A far end that answered /health directly within this share of the time its probe through a
 # link was given did not make that probe time out: the link did.
 BRISK_SHARE = 0.5
 # The colours of a log line as tailed (smg writes ANSI-coloured text).
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def no_answer(why: str) -> bool:
+    """``why`` says the fetch got no answer at all (as against an error status)."""
+    return why.startswith(NO_ANSWER)
 
 
 class ClientRecord(TypedDict, total=False):
@@ -177,6 +186,10 @@ class Observed:
         found = _TIMED_OUT.search(self.health.get(key, ""))
         return float(found[1]) if found else None
 
+    def trickled(self, key: str) -> bool:
+        """The probe ``key`` got its answer a few bytes at a time, not whole within its wait."""
+        return self.health.get(key, "").endswith(TRICKLED)
+
     def path_broken(self, link: str) -> str | None:
         """Why ``link`` does not carry ``/health`` while its far end answers directly."""
         via, end = self.health.get(f"via {link}"), self.far_end(link)
@@ -187,10 +200,9 @@ class Observed:
     def path_unclear(self, link: str) -> bool:
         """``link`` did not carry ``/health`` in the time it was given, but its far end's direct
         answer was no brisker than that: the machine, not the link, may have been slow."""
-        via = self.health.get(f"via {link}", "")
-        if self.path_broken(link) is None or "within" not in via:
-            return False
         waited = self.waited_s(f"via {link}")
+        if self.path_broken(link) is None or waited is None:
+            return False
         direct_s = self.health_s.get(self.far_end(link))
         return not (waited and direct_s is not None and direct_s < waited * BRISK_SHARE)
 

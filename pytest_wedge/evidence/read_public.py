@@ -153,7 +153,8 @@ def _health(url: str, timeout_s: float) -> float:
 
 
 class TrickledAnswer(httpx.ReadTimeout):
-    """The answer kept coming, a few bytes at a time, past the whole wait it was given."""
+    """The answer kept coming, a few bytes at a time, past the whole wait it was given (its
+    name ends the fetch's failure text: ``observed.TRICKLED``)."""
 
 
 def _health_through(url: str, timeout_s: float) -> float:
@@ -233,7 +234,7 @@ def recheck_unclear_paths(
     unclear = [
         link
         for link in obs.link_names
-        if obs.path_unclear(link) or _trickled(obs, link) or _slow(obs, link)
+        if obs.path_unclear(link) or obs.trickled(f"via {link}") or _slow(obs, link)
     ]
     if not unclear:
         return
@@ -255,10 +256,6 @@ def recheck_unclear_paths(
             took, direct = obs.health_s[f"via {link}"], obs.health_s[end]
             why = f"{TIMED_OUT.format(limit)} (took {took:.2f} s; {end} directly {direct:.2f} s)"
             obs.health[f"via {link}"] = obs.unanswered[f"via {link} health"] = why
-
-
-def _trickled(obs: Observed, link: str) -> bool:
-    return f"({TrickledAnswer.__name__})" in obs.health.get(f"via {link}", "")
 
 
 def _slow(obs: Observed, link: str) -> float | None:

@@ -41,7 +41,7 @@ def worker_down(s: Servers, workers: list[Worker], *, slow: bool = False) -> Ver
             return s.verdict(w.name, sure, f"{w.name} process {w.dead}", w.sent_line())
     for w in workers:
         why = s.obs.health.get(w.name, "not asked")
-        if not w.answers and (slow or "within" not in why):
+        if not w.answers and (slow or s.obs.waited_s(w.name) is None):
             said = f"{w.name} does not answer /health on its own port ({why})"
             return s.verdict(w.name, LIKELY, said, w.sent_line())
     return None

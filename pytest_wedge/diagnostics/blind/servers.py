@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pytest_wedge.diagnostics.diagnosis import window_rate
-from pytest_wedge.evidence.observed import ClientRecord, Observed
+from pytest_wedge.evidence.observed import ClientRecord, Observed, no_answer
 
 DEAD = {
     "stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
@@ -120,7 +120,7 @@ class Worker:
             # A gauge it does not export is no zero: say so rather than print one.
             direct = f", {self.direct} sent to it directly" if self.direct else ""
             said = "exports no engine gauges"
-            if self.metrics_why.startswith("did not answer"):
+            if no_answer(self.metrics_why):
                 said = f"its /metrics {self.metrics_why}: no gauges read"
             return f"{self.name}: {said}; router in flight {self.in_flight:g}{direct}"
         if self.role == "prefill":
@@ -361,7 +361,7 @@ class Servers:
         for link in links:
             why = self.obs.path_broken(link)
             if why is not None:
-                if "within" not in self.obs.health.get(f"via {link}", ""):
+                if self.obs.waited_s(f"via {link}") is None:
                     return self.verdict(link, CERTAIN, why)  # refused or reset: no doubt
                 if not self.obs.path_unclear(link):
                     return self.verdict(link, LIKELY, why)
