@@ -323,9 +323,9 @@ def one_draw(topology: Any, row: dict[str, Any]) -> Iterator[Wedge | None]:
 
 def oracle_case(d: Draw, truth: Snapshot, faults: list[InjectedFault], at: float) -> dict[str, Any]:
     """A draw the oracle got wrong, as a tests/unit/oracle_cases/ file: the snapshot trimmed to
-    the requests that did not end well or were still open at ``at``, their ledger entries, without the toxics, and the
-    moment the blind locator observed (``at``); set ``expected`` to the right answer once it is
-    understood."""
+    the requests that did not end well or were still open at ``at``, with their ledger entries
+    and without the toxics, and the moment the blind locator observed (``at``); set
+    ``expected`` to the right answer once it is understood."""
     snapshot = truth.to_dict()
     # A request that ended well after ``at`` was still open when the blind locator looked, and
     # one that ended just before it may still be on its way back to the client.

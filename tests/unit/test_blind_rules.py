@@ -1215,3 +1215,27 @@ def test_streams_whose_decode_waits_for_kv_from_a_stopped_prefill_are_that_prefi
     obs.unanswered["prefill-0 metrics"] = "did not answer within 1.00 s (ReadTimeout)"
     diagnosis = located(obs, "prefill-0", "certain")
     assert "waiting for their KV" in diagnosis.decided_by[0], diagnosis.render()
+
+
+def test_a_decode_restarted_before_the_onset_with_kv_ready_on_one_of_two_prefills_is_likely() -> (
+    None
+):
+    # Its requests set the onset well after it was back (bench seed 73041600093, heavy): the
+    # restart is not in the window, yet its transfers with both prefills began afresh with it
+    # and either may hold some of them.
+    before = [
+        record(200 + i, age=9.0, state="ok", first_byte=NOW - 8.9, finished=NOW - 8.5)
+        for i in range(3)
+    ]
+    obs = observed(
+        [*before, *pending(age=3.0)],
+        prefill=2,
+        decode=2,
+        router=in_flight(prefill_1=30, decode_1=30),
+        workers={
+            "prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
+            "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
+        },
+        started={"decode-1": NOW - 5.5},  # more than RESTART_SLACK_S before the onset
+    )
+    located(obs, "decode-1->prefill-1", "likely")
