@@ -51,6 +51,7 @@ from typing import Any
 from bench.common import report
 from bench.neighbours import catalog_load
 from pytest_wedge.diagnostics import diagnose
+from pytest_wedge.diagnostics.hops import UNREAD
 from pytest_wedge.diagnostics.oracle import InjectedFault, elsewhere, injected_faults, locate
 from pytest_wedge.evidence.snapshot import Snapshot, collect
 from pytest_wedge.faults import (
@@ -234,12 +235,17 @@ def expected_hops(d: Draw) -> set[str]:
     }
 
 
-def mismatch(d: Draw, oracle: str) -> str | None:
-    """Why the oracle's location differs from the injected hop; None when it does not."""
+def mismatch(d: Draw, oracle: str, *, client_left_them: bool = False) -> str | None:
+    """Why the oracle's location differs from the injected hop; None when it does not.
+    ``client_left_them``: every request the oracle holds at the client is one a decode had
+    finished a while before and our own client had not read (the bench's load has no pool
+    bound, so nothing else holds a request there)."""
     if oracle == d.hop:
         return None
     if oracle == "none":
         return "did not manifest"
+    if oracle == "client" and client_left_them and not d.hop.startswith("client"):
+        return "held by our client (it had not read what the decodes finished)"
     why = elsewhere(InjectedFault(d.fault, d.hop, 0.0), oracle, SHAPES[d.shape].prefill_names)
     return f"wedged elsewhere (documented: {why})" if why else "oracle wrong"
 
@@ -400,7 +406,9 @@ def _draw(wedge: Wedge, topology: Any, d: Draw, row: dict[str, Any]) -> None:
         # Judged at the blind's moment: a request 0.8 s old then may be overdue by now.
         oracle = locate(truth, "harness", OVERDUE_S, faults=faults, at=blind.taken_at)
         row["oracle"] = oracle.location
-        row["mismatch"] = mismatch(d, oracle.location)
+        left = [r for r in oracle.requests if r.holding == "client"]
+        unread = bool(left) and all(UNREAD in r.note for r in left)
+        row["mismatch"] = mismatch(d, oracle.location, client_left_them=unread)
         if oracle.location != blind.location:
             # What the blind locator saw of the client, to tell a moment gap from a rule.
             row["blind_evidence"] = blind.evidence[:3]

@@ -23,6 +23,8 @@ BROKEN_CONNECTION = ("RemoteProtocolError", "ReadError", "WriteError")
 REFUSED = "no_available_workers"
 # Faults that restart their target: requests it held when it went down are lost with it.
 RESTARTS = ("Restart", "DecodeOnlyRestart")
+# Why a request that a decode finished a while ago is the client's.
+UNREAD = "finished it but the client never read the response (a leaked stream?)"
 # A component this fresh was still starting when the request came.
 RESTART_SLACK_S = 2.0
 
@@ -274,8 +276,7 @@ def _back_to_client(
         # Finished a moment ago and not left unread: a client short of CPU has yet to read it.
         # Nothing holds it; a leaked stream stays unread for longer than a request may take.
         return None
-    unread = "finished it but the client never read the response (a leaked stream?)"
-    return Hold(f"{decode} (finished)", "client", f"{decode} {unread}")
+    return Hold(f"{decode} (finished)", "client", f"{decode} {UNREAD}")
 
 
 def _no_worker(ctx: Context, record: ClientRecord) -> Hold:

@@ -131,3 +131,14 @@ def test_a_run_reserves_its_share_of_held_out_draws_and_replays_them() -> None:
     assert {d.shape for d in draws if not d.heldout} == {"1P1D", "2P2D"}
     assert len({d.fault for d in held}) >= 10
     assert draw(seed * DRAWS_PER_SEED + 7) == draws[7]
+
+
+def test_requests_our_client_left_unread_are_not_an_oracle_error() -> None:
+    # Bench seed 73041600084, heavy: the decodes had finished eight streams 1.2 s before, and
+    # the bench's own client read them all in one go just after the blind locator looked.
+    d = draw(5)
+    d.shape, d.fault, d.hop = "2P2D", "SlowClose", "decode-0->prefill-0"
+    assert (mismatch(d, "client", client_left_them=True) or "").startswith("held by our client")
+    assert mismatch(d, "client") == "oracle wrong"  # the oracle's client for another reason
+    d.hop = "client->router"
+    assert mismatch(d, "client", client_left_them=True) == "oracle wrong"
