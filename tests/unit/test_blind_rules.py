@@ -333,9 +333,10 @@ def test_two_prefills_and_no_evidence_of_which_transfer_is_unknown() -> None:
     assert "cannot be told" in " ".join(diagnosis.decided_by)
 
 
-def test_two_prefills_and_kv_ready_on_one_names_that_pair() -> None:
-    obs = observed(
-        pending(),
+def kv_ready_for_decode_1(client: list[dict[str, Any]], **extra: Any) -> Observed:
+    """2P+2D: decode-1 waits for the KV of 30 requests that prefill-1 has ready."""
+    return observed(
+        client,
         prefill=2,
         decode=2,
         router=in_flight(prefill_1=30, decode_1=30),
@@ -343,8 +344,12 @@ def test_two_prefills_and_kv_ready_on_one_names_that_pair() -> None:
             "prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
             "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
         },
+        **extra,
     )
-    located(obs, "decode-1->prefill-1", "certain")
+
+
+def test_two_prefills_and_kv_ready_on_one_names_that_pair() -> None:
+    located(kv_ready_for_decode_1(pending()), "decode-1->prefill-1", "certain")
 
 
 def test_kv_ready_on_one_prefill_while_both_decodes_wait_for_kv_is_only_likely() -> None:
@@ -1217,9 +1222,7 @@ def test_streams_whose_decode_waits_for_kv_from_a_stopped_prefill_are_that_prefi
     assert "waiting for their KV" in diagnosis.decided_by[0], diagnosis.render()
 
 
-def test_a_decode_restarted_before_the_onset_with_kv_ready_on_one_of_two_prefills_is_likely() -> (
-    None
-):
+def test_a_decode_restarted_before_the_onset_keeps_one_of_two_transfers_likely() -> None:
     # Its requests set the onset well after it was back (bench seed 73041600093, heavy): the
     # restart is not in the window, yet its transfers with both prefills began afresh with it
     # and either may hold some of them.
@@ -1227,15 +1230,6 @@ def test_a_decode_restarted_before_the_onset_with_kv_ready_on_one_of_two_prefill
         record(200 + i, age=9.0, state="ok", first_byte=NOW - 8.9, finished=NOW - 8.5)
         for i in range(3)
     ]
-    obs = observed(
-        [*before, *pending(age=3.0)],
-        prefill=2,
-        decode=2,
-        router=in_flight(prefill_1=30, decode_1=30),
-        workers={
-            "prefill-1": {"num_prefill_inflight_queue_reqs": 30.0},
-            "decode-1": {"num_decode_transfer_queue_reqs": 30.0},
-        },
-        started={"decode-1": NOW - 5.5},  # more than RESTART_SLACK_S before the onset
-    )
+    restarted = {"decode-1": NOW - 5.5}  # more than RESTART_SLACK_S before the onset
+    obs = kv_ready_for_decode_1([*before, *pending(age=3.0)], started=restarted)
     located(obs, "decode-1->prefill-1", "likely")
