@@ -9,7 +9,8 @@ The reference rule:
   (or since created, when the client's pool was full), and those that failed after the
   current fault started (``since``; without faults, within ``window_s``), less those a decode
   finished under ``overdue_after_s`` ago that the client has not read yet and did not leave
-  unread: a client short of CPU is late, no hop holds them.
+  unread: a client short of CPU is late, no hop holds them. Judged at an earlier moment, a
+  stream that flowed then is slow, not held (:func:`flowing_at`).
 - Each is walked over the ledgers to the hop that holds it (hops.py); where the ledgers cannot
   tell a link from its ends, the injected fault's hop and the process states decide.
 - The location is the hop holding most of them: the injected fault's hop where the fault
@@ -237,6 +238,18 @@ def wedged_requests(
     return found
 
 
+def flowing_at(r: ClientRecord, at: float, overdue_after_s: float) -> bool:
+    """Whether ``r`` (the record as read after ``at``) was a stream flowing at ``at``: it had
+    its first token by then and ended well, neither its wait for that token nor the stream
+    after it lasting ``overdue_after_s``. No stretch of it was held; it was only slow."""
+    sent, first, end = r.get("sent"), r.get("first_token"), r.get("finished")
+    if not r.get("stream") or r.get("state") != "ok" or None in (sent, first, end):
+        return False
+    first_s, end_s = float(first or 0.0), float(end or 0.0)
+    waited, streamed = first_s - float(sent or 0.0), end_s - first_s
+    return first_s <= at < end_s and max(waited, streamed) <= overdue_after_s
+
+
 def locate(
     snapshot: Snapshot,
     origin: str = "harness",
@@ -252,12 +265,17 @@ def locate(
     of the current fault window. ``at`` judges the wedge as it was at that earlier moment (the
     ledgers read since then are read as of it): the bench scores the blind locator against the
     instant it observed, not the one the ground truth was read at."""
+    flowing: set[str] = set()
     if at is not None:
+        flowing = {
+            r.get("request_id", "") for r in snapshot.client if flowing_at(r, at, overdue_after_s)
+        }
         then = (client_as_of(r, at) for r in snapshot.client)
         snapshot = replace(snapshot, client=[r for r in then if r is not None], taken_at=at)
     ctx = Context(snapshot, overdue_after_s, faults, at=at)
     ctx.since = since if since is not None else _window_start(ctx, faults)
     wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
+    wedged = [r for r in wedged if r.get("request_id") not in flowing]
     everyone = [(r, h) for r in wedged if (h := classify(ctx, r)) is not None]
     pairs = [(h.holding, r.get("origin", "?")) for r, h in everyone]
     location, stuck = place(pairs, origin, snapshot.prefill, snapshot.decode)

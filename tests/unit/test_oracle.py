@@ -15,6 +15,7 @@ from test_diagnostics_locator import NOW, record
 from pytest_wedge.diagnostics.oracle import (
     InjectedFault,
     elsewhere,
+    flowing_at,
     injected_faults,
     locate,
     wedged_requests,
@@ -378,3 +379,27 @@ def test_the_client_view_is_copied_as_of_one_instant() -> None:
     assert [r["request_id"] for r in view] == ["r-0"]
     assert view[0]["state"] == "pending" and view[0]["first_byte"] is None
     assert wedged_requests(view, NOW - 0.1, 1.0, 10.0, None) == view
+
+
+@pytest.mark.parametrize(
+    ("first_token_s", "finished_s", "flowing"),
+    [(0.6, 1.05, True), (1.15, 1.3, False), (0.1, 1.2, False), (0.6, 0.9, False)],
+    ids=["flowing", "waited too long", "streamed too long", "over before"],
+)
+def test_a_stream_that_flowed_at_the_moment_judged_is_slow_not_held(
+    first_token_s: float, finished_s: float, flowing: bool
+) -> None:
+    # Sent a second before the moment judged and still open then, but no stretch of it (the
+    # wait for its first token, the stream after) lasted the overdue bound: nothing held it.
+    sent = NOW - 1.0
+    stream = record(
+        0,
+        age=1.0,
+        stream=True,
+        sent=sent,
+        first_token=sent + first_token_s,
+        finished=sent + finished_s,
+        state="ok",
+        tokens=16,
+    )
+    assert flowing_at(cast(ClientRecord, stream), NOW, 1.0) is flowing
