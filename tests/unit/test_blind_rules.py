@@ -1233,3 +1233,26 @@ def test_a_decode_restarted_before_the_onset_keeps_one_of_two_transfers_likely()
     restarted = {"decode-1": NOW - 5.5}  # more than RESTART_SLACK_S before the onset
     obs = kv_ready_for_decode_1([*before, *pending(age=3.0)], started=restarted)
     located(obs, "decode-1->prefill-1", "likely")
+
+
+def test_young_requests_the_router_counts_for_a_decode_are_not_lost_on_its_link() -> None:
+    """One stream overdue and trickling from decode-1, which finished its part and holds none
+    of it; the router counts 14 for decode-0, which holds 4: the other ten were sent a moment
+    ago and may still be in transit, so none of them is lost. The bytes decode-1 sent are."""
+    slow = record(0, first_byte=NOW - 1.5, first_token=NOW - 1.5, last_byte=NOW - 0.1, tokens=5)
+    young = [record(1 + i, age=0.2) for i in range(13)]
+    fast = {"generation_tokens": 400.0}
+    obs = observed(
+        [slow, *young],
+        decode=2,
+        router=in_flight(decode_0=14, decode_1=1),
+        workers={
+            "decode-0": fast | {"num_running_reqs": 5.0},
+            "decode-1": fast | {"num_running_reqs": 0.0},
+        },
+        workers_before={
+            "decode-0": {"generation_tokens": 0.0},
+            "decode-1": {"generation_tokens": 0.0},
+        },
+    )
+    located(obs, "router->decode-1", "likely")

@@ -63,8 +63,12 @@ def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
     """The router waits on ``w`` for requests ``w`` does not hold: lost on the link, once
     they have had the time to cross it at this load (before, they may still be in transit)."""
     missing = w.missing
-    if not w.metrics_read or missing < max(3.0, n / 2, w.in_flight / 2):
-        return None  # unread gauges prove nothing; a few requests finishing are not a loss
+    if not w.metrics_read or missing < max(n / 2, w.in_flight / 2):
+        return None  # unread gauges prove nothing
+    if min(missing, n) < 3:
+        # Only the ``n`` overdue requests can be lost; the router also counts young ones in
+        # transit, and a few requests finishing are not a loss.
+        return None
     if s.still_moving_over(f"router->{w.name}"):
         return None
     held = f"which holds {w.in_flight - missing:g} of them and answers /health"
@@ -556,7 +560,9 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         said = f"{holder.name} {what}: it holds {now:g} of the router's requests in the latest "
         piled = "sample (they piled up since the earlier one)"
         return s.verdict(holder.name, LIKELY, said + piled, holder.load_line())
-    d = decodes[0]
+    # The decode that finished its part holds the fewest of what the router sent it; a busier
+    # one still holding some has young requests in transit, not finished ones.
+    d = min(decodes, key=lambda w: w.held_for_router)
     s.rule_out(d.name, "it holds none of the router's requests (it finished them)")
     said = f"{d.name} finished its part while the router still has {d.in_flight:g} in flight to it"
     return s.lost_on(f"router->{d.name}", f"{said}: the bytes are between {d.name} and the router")
