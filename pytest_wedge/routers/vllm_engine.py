@@ -113,6 +113,18 @@ def ensure_tiny_model(python: str, seed: int = MODEL_SEED) -> Path:
     return path
 
 
+def engine_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """``bfloat16``, except on a CPU that flags AMX tiles: there vLLM 0.32 runs bf16 attention
+    on its AMX kernel, and on an AMX Xeon VM a decode's engine core died of SIGILL ("Fatal
+    Python error: Illegal instruction") at its first step after a KV transfer, every time.
+    ``float16`` takes its vector kernel, which ran there."""
+    try:
+        flags = cpuinfo.read_text()
+    except OSError:
+        return "bfloat16"
+    return "float16" if " amx_tile" in flags else "bfloat16"
+
+
 def engine_argv(install: EngineInstall, model_name: str, port: int, role: str) -> tuple[str, ...]:
     """One engine's command line; ``role`` is ``prefill`` or ``decode``."""
     kv = {
@@ -125,7 +137,7 @@ def engine_argv(install: EngineInstall, model_name: str, port: int, role: str) -
         *(install.python, "-m", "vllm.entrypoints.openai.api_server"),
         *("--model", install.model, "--served-model-name", model_name),
         *("--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN)),
-        *("--enforce-eager", "--dtype", "bfloat16"),
+        *("--enforce-eager", "--dtype", engine_dtype()),
         # In the EngineCore's own process, with VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine_env).
         *("--distributed-executor-backend", "uni"),
         *("--kv-transfer-config", json.dumps(kv, separators=(",", ":"))),

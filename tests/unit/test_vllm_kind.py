@@ -3,6 +3,7 @@ environment, rendered without an engine (tests/integration/test_real_vllm.py run
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 from pytest_wedge.errors import ComponentStartError, ConfigError
 from pytest_wedge.evidence.read_public import observed_jobs
 from pytest_wedge.routers.router_spec import RouterSpec
-from pytest_wedge.routers.vllm_engine import EngineInstall
+from pytest_wedge.routers.vllm_engine import EngineInstall, engine_dtype
 from pytest_wedge.spec.topology import Executables, PortPlan, TopologySpec, render_components
 from pytest_wedge.spec.workers import WorkerSpec
 from pytest_wedge.topology.what_ran import not_proxied
@@ -161,3 +162,12 @@ def test_the_warm_up_ends_at_once_with_the_logs_when_an_engine_exits() -> None:
     said = str(raised.value)
     assert "prefill-0 exited while warming up" in said
     assert "prefill-0: EngineCore encountered a fatal error." in said
+
+
+def test_engines_avoid_bf16_on_a_cpu_with_amx_tiles(tmp_path: Path) -> None:
+    amx, epyc = tmp_path / "amx", tmp_path / "epyc"
+    amx.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n")
+    epyc.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n")
+    assert engine_dtype(amx) == "float16"
+    assert engine_dtype(epyc) == "bfloat16"
+    assert engine_dtype(tmp_path / "absent") == "bfloat16"
