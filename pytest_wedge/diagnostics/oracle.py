@@ -9,8 +9,8 @@ The reference rule:
   (or since created, when the client's pool was full), and those that failed after the
   current fault started (``since``; without faults, within ``window_s``), less those a decode
   finished under ``overdue_after_s`` ago that the client has not read yet and did not leave
-  unread: a client short of CPU is late, no hop holds them. A stream still flowing is slow,
-  not held (:func:`flowing_at`).
+  unread: a client short of CPU is late, no hop holds them. Judged at an earlier moment, a
+  stream that flowed then is slow, not held (:func:`flowing_at`).
 - Each is walked over the ledgers to the hop that holds it (hops.py); where the ledgers cannot
   tell a link from its ends, the injected fault's hop and the process states decide.
 - The location is the hop holding most of them: the injected fault's hop where the fault
@@ -229,8 +229,7 @@ def wedged_requests(
             sent = r.get("sent")
             if sent is None and not _pool_was_full(r):
                 continue  # the client has not got round to it yet: nothing holds it
-            waited = at - float(sent if sent is not None else r.get("created") or at)
-            if waited > overdue_after_s and not flowing_at(r, at, overdue_after_s):
+            if at - float(sent if sent is not None else r.get("created") or at) > overdue_after_s:
                 found.append(r)
         elif r.get("state") in FAILED_STATES and not r.get("cut_by_stop"):
             finished = float(r.get("finished") or 0.0)
@@ -240,14 +239,15 @@ def wedged_requests(
 
 
 def flowing_at(r: ClientRecord, at: float, overdue_after_s: float) -> bool:
-    """Whether ``r``, pending at ``at`` (the record as of then), was a stream flowing: its
-    first token came within ``overdue_after_s`` of sending, and it had streamed for less than
-    that since. No stretch of it had been held that long; it was only slow."""
-    sent, first = r.get("sent"), r.get("first_token")
-    if not r.get("stream") or sent is None or first is None:
+    """Whether ``r`` (the record as read after ``at``) was a stream flowing at ``at``: it had
+    its first token by then and ended well, neither its wait for that token nor the stream
+    after it lasting ``overdue_after_s``. No stretch of it was held; it was only slow."""
+    sent, first, end = r.get("sent"), r.get("first_token"), r.get("finished")
+    if not r.get("stream") or r.get("state") != "ok" or None in (sent, first, end):
         return False
-    first_s = float(first)
-    return first_s - float(sent) <= overdue_after_s and at - first_s <= overdue_after_s
+    first_s, end_s = float(first or 0.0), float(end or 0.0)
+    waited, streamed = first_s - float(sent or 0.0), end_s - first_s
+    return first_s <= at < end_s and max(waited, streamed) <= overdue_after_s
 
 
 def locate(
@@ -265,12 +265,17 @@ def locate(
     of the current fault window. ``at`` judges the wedge as it was at that earlier moment (the
     ledgers read since then are read as of it): the bench scores the blind locator against the
     instant it observed, not the one the ground truth was read at."""
+    flowing: set[str] = set()
     if at is not None:
+        flowing = {
+            r.get("request_id", "") for r in snapshot.client if flowing_at(r, at, overdue_after_s)
+        }
         then = (client_as_of(r, at) for r in snapshot.client)
         snapshot = replace(snapshot, client=[r for r in then if r is not None], taken_at=at)
     ctx = Context(snapshot, overdue_after_s, faults, at=at)
     ctx.since = since if since is not None else _window_start(ctx, faults)
     wedged = wedged_requests(snapshot.client, ctx.client_at, overdue_after_s, window_s, ctx.since)
+    wedged = [r for r in wedged if r.get("request_id") not in flowing]
     everyone = [(r, h) for r in wedged if (h := classify(ctx, r)) is not None]
     pairs = [(h.holding, r.get("origin", "?")) for r, h in everyone]
     location, stuck = place(pairs, origin, snapshot.prefill, snapshot.decode)

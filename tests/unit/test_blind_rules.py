@@ -1256,15 +1256,3 @@ def test_young_requests_the_router_counts_for_a_decode_are_not_lost_on_its_link(
         },
     )
     located(obs, "router->decode-1", "likely")
-
-
-def test_a_stream_still_flowing_past_the_bound_is_slow_not_held() -> None:
-    """Sent 1.05 s ago, its first token 0.65 s later and flowing since: no stretch of it has
-    lasted the overdue bound, so nothing holds it, however slow the link under it is."""
-    sent = NOW - 1.05
-    flowing = record(0, age=1.05, stream=True, sent=sent, first_byte=sent + 0.65)
-    flowing |= {"first_token": sent + 0.65, "last_byte": NOW - 0.05, "tokens": 6}
-    obs = observed([flowing], workers={"decode-0": {"num_decode_transfer_queue_reqs": 4.0}})
-    located(obs, "none")
-    stalled = flowing | {"first_token": sent + 0.01, "first_byte": sent + 0.01}
-    assert locate_blind(observed([stalled]), "harness", 1.0).location != "none"

@@ -382,18 +382,24 @@ def test_the_client_view_is_copied_as_of_one_instant() -> None:
 
 
 @pytest.mark.parametrize(
-    ("first_token_after_s", "flowing"),
-    [(0.9, True), (1.2, False), (0.2, False), (None, False)],
-    ids=["flowing", "waited too long", "streamed too long", "no token yet"],
+    ("first_token_s", "finished_s", "flowing"),
+    [(0.6, 1.05, True), (1.15, 1.3, False), (0.1, 1.2, False), (0.6, 0.9, False)],
+    ids=["flowing", "waited too long", "streamed too long", "over before"],
 )
-def test_a_stream_still_flowing_is_slow_not_held(
-    first_token_after_s: float | None, flowing: bool
+def test_a_stream_that_flowed_at_the_moment_judged_is_slow_not_held(
+    first_token_s: float, finished_s: float, flowing: bool
 ) -> None:
-    # Sent 1.5 s ago and still open: wedged unless neither its wait for the first token nor
-    # the stream since has lasted the overdue bound.
-    sent = NOW - 1.5
-    first = None if first_token_after_s is None else sent + first_token_after_s
-    stream = record(0, age=1.5, stream=True, sent=sent, first_token=first, tokens=4)
+    # Sent a second before the moment judged and still open then, but no stretch of it (the
+    # wait for its first token, the stream after) lasted the overdue bound: nothing held it.
+    sent = NOW - 1.0
+    stream = record(
+        0,
+        age=1.0,
+        stream=True,
+        sent=sent,
+        first_token=sent + first_token_s,
+        finished=sent + finished_s,
+        state="ok",
+        tokens=16,
+    )
     assert flowing_at(cast(ClientRecord, stream), NOW, 1.0) is flowing
-    wedged = wedged_requests([cast(ClientRecord, stream)], NOW, 1.0, 10.0, None)
-    assert bool(wedged) is not flowing

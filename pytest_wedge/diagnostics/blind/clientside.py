@@ -157,15 +157,6 @@ def _sent(r: ClientRecord, now: float) -> float:
     return float(r.get("sent") or r.get("created") or now)
 
 
-def still_flowing(r: ClientRecord, now: float, overdue_after_s: float) -> bool:
-    """A stream whose head and first token came within ``overdue_after_s`` of sending, and
-    that has streamed for less than that since: slow, but nothing has held it that long."""
-    sent, first = r.get("sent"), r.get("first_token")
-    if not r.get("stream") or sent is None or first is None:
-        return False
-    return float(first) - float(sent) <= overdue_after_s and now - float(first) <= overdue_after_s
-
-
 def wedged(
     records: list[ClientRecord],
     now: float,
@@ -174,7 +165,7 @@ def wedged(
     origin: str | None = None,
 ) -> Window:
     """Pending requests overdue by their ``sent`` clock (or never sent, behind an exhausted
-    pool) and not still flowing, and requests that failed within the current episode. The episode starts with the
+    pool), and requests that failed within the current episode. The episode starts with the
     oldest overdue request of ``origin`` (of any origin when it has none); without one, with
     the oldest failure of the last ``window_s``."""
     stuck: list[ClientRecord] = []
@@ -189,9 +180,7 @@ def wedged(
                     stuck.append(r)
                 else:
                     not_sent[who] += 1
-            elif now - float(r.get("sent") or now) > overdue_after_s and not still_flowing(
-                r, now, overdue_after_s
-            ):
+            elif now - float(r.get("sent") or now) > overdue_after_s:
                 stuck.append(r)
         elif (
             r.get("state") in FAILED
