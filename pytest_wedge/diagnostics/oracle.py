@@ -243,11 +243,12 @@ def flowing_at(r: ClientRecord, at: float, overdue_after_s: float) -> bool:
     its first token by then and ended well, neither its wait for that token nor the stream
     after it lasting ``overdue_after_s``. No stretch of it was held; it was only slow."""
     sent, first, end = r.get("sent"), r.get("first_token"), r.get("finished")
-    if not r.get("stream") or r.get("state") != "ok" or None in (sent, first, end):
+    if not r.get("stream") or r.get("state") != "ok" or sent is None or first is None:
         return False
-    first_s, end_s = float(first or 0.0), float(end or 0.0)
-    waited, streamed = first_s - float(sent or 0.0), end_s - first_s
-    return first_s <= at < end_s and max(waited, streamed) <= overdue_after_s
+    if end is None:
+        return False
+    waited, streamed = first - sent, end - first
+    return first <= at < end and max(waited, streamed) <= overdue_after_s
 
 
 def locate(

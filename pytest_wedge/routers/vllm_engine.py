@@ -5,6 +5,7 @@ each engine's command line and environment (measured facts: docs/testing-on-a-re
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -113,6 +114,7 @@ def ensure_tiny_model(python: str, seed: int = MODEL_SEED) -> Path:
     return path
 
 
+@functools.cache
 def engine_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """``bfloat16``, except on a CPU that flags AMX tiles: there vLLM 0.32 runs bf16 attention
     on its AMX kernel, and on an AMX Xeon VM a decode's engine core died of SIGILL ("Fatal

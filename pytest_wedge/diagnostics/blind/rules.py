@@ -63,11 +63,9 @@ def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
     """The router waits on ``w`` for requests ``w`` does not hold: lost on the link, once
     they have had the time to cross it at this load (before, they may still be in transit)."""
     missing = w.missing
-    if not w.metrics_read or missing < max(n / 2, w.in_flight / 2):
-        return None  # unread gauges prove nothing
-    if min(missing, n) < 3:
-        # Only the ``n`` overdue requests can be lost; the router also counts young ones in
-        # transit, and a few requests finishing are not a loss.
+    # Unread gauges prove nothing, and a few requests finishing are not a loss. Only the ``n``
+    # overdue requests can be lost: the router also counts young ones still in transit.
+    if not w.metrics_read or n < 3 or missing < max(3.0, n / 2, w.in_flight / 2):
         return None
     if s.still_moving_over(f"router->{w.name}"):
         return None
