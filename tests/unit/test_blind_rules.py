@@ -492,6 +492,26 @@ def test_a_stream_stalled_after_tokens_with_decode_still_running_it() -> None:
     assert diagnosis.requests[0].furthest == "stream stalled"
 
 
+def test_streams_that_still_receive_bytes_are_never_certain() -> None:
+    """A stream with a byte inside the overdue bound may yet end well, only slowly: whatever
+    the rules see of the hop, the verdict waits until its bytes stop to be certain."""
+
+    def streams(last_byte: float) -> Observed:
+        streaming = pending(
+            first_byte=NOW - 1.8, first_token=NOW - 1.8, last_byte=last_byte, tokens=3
+        )
+        return observed(
+            streaming,
+            router=in_flight(decode_0=30),
+            processes={"decode-0": "stopped"},
+            health={"decode-0": "did not answer"},
+        )
+
+    diagnosis = located(streams(last_byte=NOW - 0.2), "decode-0", "likely")
+    assert diagnosis.requests[0].furthest == "streaming slowly"
+    located(streams(last_byte=NOW - 1.5), "decode-0", "certain")
+
+
 def test_streams_cut_by_the_router_timeout_are_the_decode() -> None:
     cut = pending(
         state="error",

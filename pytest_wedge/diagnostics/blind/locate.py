@@ -175,7 +175,7 @@ def _group(
             obs, held_from, since=starts, onset=min(onset, win.starts or onset), young=young
         )
         verdict = _verdict(s, key, records, ours or len(records), pool)
-        verdicts[key] = _earned(verdict, young)
+        verdicts[key] = _earned(verdict, young or _still_streaming(key))
         held += [(r, verdict.hop, key) for r in records]
     return verdicts, held
 
@@ -210,6 +210,14 @@ def _still_moving(
         return None
     pending = f"they have waited {waited:.2f} s (median), under twice the {reach:.2f} s"
     return f"{pending} a request needs to reach it ({how})"
+
+
+def _still_streaming(key: Key) -> str | None:
+    """Why streams whose bytes still arrive may not be held at all: a stream that had a byte
+    within the overdue bound may yet end well, only slowly, and the moment shows no more."""
+    if isinstance(key, Phase) and key.kind == "slow":
+        return "their streams still receive bytes (the last within the overdue bound)"
+    return None
 
 
 def _earned(verdict: Verdict, young: str | None) -> Verdict:
