@@ -15,7 +15,7 @@ import time
 import pytest
 
 from pytest_wedge.diagnostics import diagnose
-from pytest_wedge.faults import Down, ErrorStatus, Timeout
+from pytest_wedge.faults import BlockingBootstrapCall, Down, ErrorStatus, Timeout
 from pytest_wedge.handle import Wedge
 from pytest_wedge.waiting import wait_for
 
@@ -107,3 +107,38 @@ def test_back_to_back_windows_are_each_located_at_their_own_hop(wedge: Wedge) ->
     assert diagnosis.location == "decode-0->prefill-0", diagnosis.render()
     assert diagnosis.stuck.get("client->router", {}).get("harness", 0) == 0
     assert not diagnosis.disagrees(), diagnosis.render()
+
+
+@pytest.mark.wedge(
+    prefill=2,
+    router_args=["--policy", "round_robin", "--disable-circuit-breaker"],
+    stub={"itl_ms": 20.0},
+)
+def test_streams_a_frozen_decode_loop_held_stay_the_decodes_after_its_calls_fail(
+    wedge: Wedge,
+) -> None:
+    """sglang pull request #34865: decode-0 fetches prefill-1's parallel info on its loop
+    through a black-holed link. While the calls run, every stream on decode-0 stops, and the
+    wedge is the decode's. Once the calls are spent their requests fail their bootstrap over
+    that link (the router asks again), and the streams the freeze held go on, late: those
+    have their heads, so their KV, and stay the decode's; no failed transfer holds them."""
+    wedge.apply(BlockingBootstrapCall("decode-0", timeout_ms=800, retries=3))
+    wedge.apply(Timeout("decode-0->prefill-1", timeout_ms=0))
+    wedge.harness(agents=8, rounds=1, max_tokens=200, client_timeout_s=30)
+
+    def overdue() -> bool:
+        sent = [r.sent for r in wedge.ledger.by_origin("harness") if r.sent is not None]
+        return len(sent) == 8 and time.time() - min(sent) > 0.3
+
+    wait_for(overdue, timeout_s=10, what="the harness's requests to be overdue")
+    frozen = wedge.diagnose(origin="harness", overdue_after_s=0.3)
+    assert frozen.location == "decode-0", frozen.render()
+    wait_for(
+        lambda: wedge.stub("decode-0").state()["counters"]["bootstrap_failed"] >= 1,
+        timeout_s=10,
+        what="the calls to prefill-1 to be spent",
+    )
+    spent = wedge.diagnose(origin="harness", overdue_after_s=0.3)
+    streams = [r for r in spent.requests if r.furthest in ("streaming slowly", "stream stalled")]
+    assert streams, spent.render()
+    assert all(r.holding == "decode-0" for r in streams), spent.render()

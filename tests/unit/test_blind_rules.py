@@ -492,6 +492,22 @@ def test_a_stream_stalled_after_tokens_with_decode_still_running_it() -> None:
     assert diagnosis.requests[0].furthest == "stream stalled"
 
 
+def test_streams_with_their_heads_are_not_held_by_transfers_that_failed_earlier() -> None:
+    """A decode whose loop froze on a call to a prefill that a black-holed link never answers:
+    the calls' requests failed their bootstrap, and the streams the freeze held are the
+    decode's. They have their heads, so they have their KV: no failed transfer holds them."""
+    stalled = pending(8, first_byte=NOW - 1.9, first_token=NOW - 1.9, last_byte=NOW - 1.6, tokens=3)
+    obs = observed(
+        stalled,
+        prefill=2,
+        router=in_flight(prefill_0=0, prefill_1=0, decode_0=8),
+        workers={"decode-0": {"num_running_reqs": 9.0, "num_bootstrap_failed_reqs": 6.0}},
+        workers_window={"decode-0": {"num_bootstrap_failed_reqs": 0.0}},
+        health={"via decode-0->prefill-1": "did not answer within 0.20 s"},
+    )
+    located(obs, "decode-0")
+
+
 def test_streams_that_still_receive_bytes_are_never_certain() -> None:
     """A stream with a byte inside the overdue bound may yet end well, only slowly: whatever
     the rules see of the hop, the verdict waits until its bytes stop to be certain."""
