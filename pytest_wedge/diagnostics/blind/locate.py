@@ -221,8 +221,9 @@ def _still_streaming(key: Key) -> str | None:
 
 
 def _earned(verdict: Verdict, young: str | None) -> Verdict:
-    """``certain`` on pending requests only once they may no longer be on their way
-    (``young``: why they still may be, from :func:`_still_moving`)."""
+    """``certain`` on pending requests only once they may no longer be on their way or still
+    streaming (``young``: why they may be, from :func:`_still_moving` or
+    :func:`_still_streaming`)."""
     if verdict.confidence == CERTAIN and young is not None:
         verdict.because.append(f"not certain yet: {young}")
         verdict.confidence = LIKELY
