@@ -243,9 +243,9 @@ def flowing_at(r: ClientRecord, at: float, overdue_after_s: float) -> bool:
     its first token by then and ended well, neither its wait for that token nor the stream
     after it lasting ``overdue_after_s``. No stretch of it was held; it was only slow."""
     sent, first, end = r.get("sent"), r.get("first_token"), r.get("finished")
-    if not r.get("stream") or r.get("state") != "ok" or sent is None or first is None:
+    if not r.get("stream") or r.get("state") != "ok":
         return False
-    if end is None:
+    if sent is None or first is None or end is None:
         return False
     waited, streamed = first - sent, end - first
     return first <= at < end and max(waited, streamed) <= overdue_after_s

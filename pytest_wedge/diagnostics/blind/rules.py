@@ -85,11 +85,10 @@ def broken_transfer(s: Servers, *, failed_count: bool = True) -> Verdict | None:
         return d.waiting_kv_now + (d.transfer_failures if failed_count else 0.0)
 
     for d in sorted((d for d in s.role("decode") if stuck(d)), key=lambda d: -stuck(d)):
-        waits = f"{d.name} has {d.waiting_kv_now:g} waiting for their KV"
-        failed = f", {d.transfer_failures:g} failed transfers in the window"
-        if (
-            v := _broken_link_of(s, d, waits + (failed if d.transfer_failures else ""))
-        ) is not None:
+        why = f"{d.name} has {d.waiting_kv_now:g} waiting for their KV"
+        if failed_count and d.transfer_failures:
+            why += f", {d.transfer_failures:g} failed transfers in the window"
+        if (v := _broken_link_of(s, d, why)) is not None:
             return v
     return None
 
