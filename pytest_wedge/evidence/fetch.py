@@ -3,6 +3,7 @@ process accepts TCP but never answers), in parallel; a failed fetch becomes evid
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from pytest_wedge.evidence.observed import NO_ANSWER, TIMED_OUT
+from pytest_wedge.evidence.observed import NO_ANSWER, NOT_ASKED, TIMED_OUT
 from pytest_wedge.loopback import loopback_client
 
 _client_lock = threading.Lock()
@@ -33,11 +34,34 @@ def get(url: str, timeout_s: float) -> Any:
     return response.json() if "json" in response.headers.get("content-type", "") else response.text
 
 
+# Failures of this process or host, not of the far end: out of file descriptors, buffers,
+# memory or local ports, or a socket closed under the fetch.
+OWN_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL, errno.EBADF}
+)
+
+
+def own_failure(exc: BaseException) -> OSError | None:
+    """The OSError of our own side behind ``exc`` (httpx wraps it twice), if there is one."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError) and cause.errno in OWN_ERRNOS:
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def why(exc: BaseException, timeout_s: float) -> str:
+    """How a failed fetch is told: a timeout, an error status, our own failure, or no answer."""
     if isinstance(exc, httpx.TimeoutException):
         return f"{TIMED_OUT.format(timeout_s)} ({type(exc).__name__})"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"answered {exc.response.status_code}"
+    if (own := own_failure(exc)) is not None:
+        name = errno.errorcode.get(own.errno or 0, "?")
+        return f"{NOT_ASKED}: this process failed first ({name}: {own.strerror})"
     return f"{NO_ANSWER}: {type(exc).__name__}: {exc}"[:200]
 
 

@@ -18,6 +18,9 @@ DIRECTIONS = ("upstream", "downstream")
 NO_ANSWER = "did not answer"
 TIMED_OUT = NO_ANSWER + " within {:.2f} s"
 _TIMED_OUT = re.compile(r"did not answer within ([0-9.]+) s")
+# A fetch our own process could not make (out of file descriptors, ports or memory): it says
+# nothing of the component it was meant for, so it is kept out of the health evidence.
+NOT_ASKED = "could not be asked"
 # The mark of an answer that kept coming a few bytes at a time past its whole wait.
 TRICKLED = "(TrickledAnswer)"
 # A far end that answered /health directly within this share of the time its probe through a
@@ -30,6 +33,11 @@ ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 def no_answer(why: str) -> bool:
     """``why`` says the fetch got no answer at all (as against an error status)."""
     return why.startswith(NO_ANSWER)
+
+
+def not_asked(why: str) -> bool:
+    """``why`` says our own process failed before the far end could answer."""
+    return why.startswith(NOT_ASKED)
 
 
 class ClientRecord(TypedDict, total=False):

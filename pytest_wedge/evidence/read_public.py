@@ -23,6 +23,7 @@ from pytest_wedge.evidence.observed import (
     ClientRecord,
     Observed,
     RouterWorker,
+    not_asked,
 )
 from pytest_wedge.evidence.parse import (
     parse_engine_metrics,
@@ -292,7 +293,8 @@ def fill_observed(
     obs: Observed, topology: Topology, results: dict[str, Any], failed: dict[str, str]
 ) -> None:
     """Put one gather's results (and failures, as evidence) into ``obs``: ``failed`` holds
-    the failures of the public fetches only (an unanswered ground-truth fetch is no evidence)."""
+    the failures of the public fetches only (an unanswered ground-truth fetch is no evidence).
+    A /health our own process could not ask is no health evidence either: it stays unset."""
     for name in obs.worker_names:
         if f"{name} metrics" in results:
             obs.workers[name] = parse_engine_metrics(results[f"{name} metrics"])
@@ -300,7 +302,7 @@ def fill_observed(
         obs.health[key.removesuffix(" health")] = "ok"
         obs.health_s[key.removesuffix(" health")] = round(float(results[key]), 4)
     for key, why in failed.items():
-        if key.endswith(" health"):
+        if key.endswith(" health") and not not_asked(why):
             obs.health[key.removesuffix(" health")] = why
         obs.unanswered[key] = why
     names = router_worker_names(topology)

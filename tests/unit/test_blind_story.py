@@ -208,3 +208,11 @@ def test_a_stray_answered_at_once_by_a_prefill_is_a_red_herring() -> None:
     herrings = located(obs, "router").red_herrings
     assert any("stray-1 sending straight to prefill-0" in h for h in herrings), herrings
     assert any("3 answered in the last 3 s" in h for h in herrings), herrings
+
+
+def test_a_worker_whose_metrics_this_process_could_not_ask_says_so() -> None:
+    obs = gaugeless_decode()
+    why = "could not be asked: this process failed first (EMFILE: Too many open files)"
+    obs.unanswered["decode-0 metrics"] = why
+    diagnosis = located(obs, "decode-0")
+    assert any(f"its /metrics {why}" in line for line in diagnosis.evidence)

@@ -3,11 +3,20 @@ observations keep; the locators read it back only through Observed's predicates.
 
 from __future__ import annotations
 
+import errno
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
+
 import httpx
 
 from pytest_wedge.evidence.fetch import why
-from pytest_wedge.evidence.observed import Observed, no_answer
-from pytest_wedge.evidence.read_public import TrickledAnswer
+from pytest_wedge.evidence.observed import Observed, no_answer, not_asked
+from pytest_wedge.evidence.read_public import TrickledAnswer, fill_observed
+
+if TYPE_CHECKING:
+    from pytest_wedge.topology.running import Topology
 
 KEY = "via router->decode-0"
 
@@ -39,3 +48,53 @@ def test_an_error_status_is_an_answer() -> None:
     text = why(httpx.HTTPStatusError("503", request=request, response=response), 0.2)
     assert text == "answered 503" and not no_answer(text)
     assert health(text).waited_s(KEY) is None
+
+
+# Fill every free descriptor, then fetch from a listening socket: the fetch fails in this
+# process, before a connection exists.
+OUT_OF_DESCRIPTORS = """
+import os, resource, socket, sys
+from pytest_wedge.evidence import fetch
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+fetch.http_client()
+highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(open(os.devnull))
+except OSError:
+    pass
+try:
+    fetch.get(f"http://127.0.0.1:{server.getsockname()[1]}/health", 2.0)
+except Exception as exc:
+    sys.stdout.write(fetch.why(exc, 2.0))
+"""
+
+
+def test_a_fetch_this_process_could_not_make_is_not_told_as_no_answer() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert not_asked(done.stdout) and "EMFILE" in done.stdout, done.stdout
+    assert not no_answer(done.stdout)
+
+
+def test_a_refused_connection_is_the_far_ends_even_with_an_errno() -> None:
+    refused = httpx.ConnectError("refused")
+    refused.__cause__ = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+    assert no_answer(why(refused, 0.2))
+
+
+def test_a_health_probe_not_asked_is_no_health_evidence() -> None:
+    obs = Observed(taken_at=0.0, prefill=[], decode=["decode-0"], link_names=["router->decode-0"])
+    no_fds = httpx.ConnectError("no descriptors")
+    no_fds.__cause__ = OSError(errno.EMFILE, "Too many open files")
+    text = why(no_fds, 0.2)
+    topology = cast("Topology", SimpleNamespace(links={}))
+    fill_observed(obs, topology, {"decode-0 health": 0.01}, {f"{KEY} health": text})
+    assert obs.unanswered == {f"{KEY} health": text}
+    assert KEY not in obs.health and obs.path_broken("router->decode-0") is None

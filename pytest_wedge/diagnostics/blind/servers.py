@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pytest_wedge.diagnostics.diagnosis import window_rate
-from pytest_wedge.evidence.observed import ClientRecord, Observed, no_answer
+from pytest_wedge.evidence.observed import ClientRecord, Observed, no_answer, not_asked
 
 DEAD = {
     "stopped": "stopped (SIGSTOP or a debugger: TCP still accepts, nothing answers)",
@@ -63,7 +63,7 @@ class Worker:
     token_rate: float | None  # decode: generated tokens per second between the two samples
     direct_rate: float = 0.0  # tokens per second the client received straight from it
     direct_answered: int = 0  # requests sent straight to it that it answered lately
-    metrics_why: str = ""  # why its /metrics gave no gauges, when it did not answer
+    metrics_why: str = ""  # why its /metrics gave no gauges, when the fetch failed
 
     # Decode: tokens per second for the router's requests (less what the client got directly).
     @property
@@ -120,7 +120,7 @@ class Worker:
             # A gauge it does not export is no zero: say so rather than print one.
             direct = f", {self.direct} sent to it directly" if self.direct else ""
             said = "exports no engine gauges"
-            if no_answer(self.metrics_why):
+            if no_answer(self.metrics_why) or not_asked(self.metrics_why):
                 said = f"its /metrics {self.metrics_why}: no gauges read"
             return f"{self.name}: {said}; router in flight {self.in_flight:g}{direct}"
         if self.role == "prefill":
