@@ -344,7 +344,8 @@ def client_records(ledger: ClientLedger, at: float) -> list[ClientRecord]:
 def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
     """A client ledger record as it was at ``at``: None if not created yet; still pending,
     without the stamps of later steps (a first byte, a send), if it had not ended by then,
-    whether it ended later or is pending still."""
+    whether it ended later or is pending still; with no tokens if its first came later. A
+    stream's count after its first token has no stamps, so it stays as counted."""
     if float(record.get("created") or 0.0) > at:
         return None
     finished = record.get("finished")
@@ -354,5 +355,7 @@ def client_as_of(record: ClientRecord, at: float) -> ClientRecord | None:
         k: None if k in STEPS and not (isinstance(v, int | float) and v <= at) else v
         for k, v in record.items()
     }
-    ended = {"state": "pending", "finished": None, "status": None, "error": None}
+    ended: dict[str, object] = {"state": "pending", "finished": None, "status": None, "error": None}
+    if then.get("first_token") is None:  # the tokens counted came after the moment
+        ended["tokens"] = 0
     return cast(ClientRecord, then | ended)

@@ -350,6 +350,14 @@ def test_a_request_still_pending_is_read_without_the_steps_it_took_after_the_mom
     assert then["sent"] == pending["sent"]
 
 
+def test_a_request_whose_first_token_came_after_the_moment_had_no_tokens_then() -> None:
+    streaming = {**request(0, age=1.0), "first_byte": NOW - 0.5, "first_token": NOW - 0.1}
+    then = client_as_of(cast(ClientRecord, {**streaming, "tokens": 7}), NOW - 0.3)
+    assert then is not None and then["tokens"] == 0 and then["first_byte"] == NOW - 0.5
+    later = client_as_of(cast(ClientRecord, {**streaming, "tokens": 7}), NOW - 0.05)
+    assert later is not None and later["tokens"] == 7
+
+
 # -- draws the bench found the oracle wrong on, recorded ---------------------------------------
 
 CASES = sorted((Path(__file__).parent / "oracle_cases").glob("*.json"))
