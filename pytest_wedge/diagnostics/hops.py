@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pytest_wedge.evidence.observed import NOT_ASKED, ClientRecord, not_asked
+from pytest_wedge.evidence.observed import ClientRecord, not_asked
 from pytest_wedge.evidence.snapshot import Snapshot
 from pytest_wedge.evidence.truth import FaultWindow, LedgerEntry
 from pytest_wedge.load.client_ledger import FAILED_STATES
@@ -146,7 +146,8 @@ class Context:
                 self.faulty[hop] = f"{known}; {fault.describe()}" if known else fault.describe()
         self.silent = {name for name in snapshot.workers if name not in snapshot.ledgers}
         self.not_running = {n: s for n, s in snapshot.components.items() if s != "running"}
-        self.router_silent = not not_asked(snapshot.unanswered.get("router metrics", NOT_ASKED))
+        metrics_why = snapshot.unanswered.get("router metrics")
+        self.router_silent = metrics_why is not None and not not_asked(metrics_why)
         self.started: dict[str, float] = dict(obs.started) if obs is not None else {}
         for fault in applied:
             if fault.kind in RESTARTS:  # the runtime may not have seen the new process yet

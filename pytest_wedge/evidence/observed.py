@@ -181,6 +181,11 @@ class Observed:
         """Did ``component`` answer its own /health (direct, bypassing every link)?"""
         return self.health.get(component) == "ok"
 
+    def silent(self, component: str) -> bool:
+        """Was ``component`` asked its own /health, and did it not answer? A fetch this process
+        could not make asked nothing: neither answered nor silent."""
+        return self.health.get(component, "ok") != "ok"
+
     @staticmethod
     def far_end(link: str) -> str:
         """What answers at the other side of ``link``: the router, a worker, or a prefill's

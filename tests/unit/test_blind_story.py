@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_blind_rules import ADDRESS, NOW, in_flight, located, observed, pending, record
 
-from pytest_wedge.diagnostics import Diagnosis
+from pytest_wedge.diagnostics import Diagnosis, locate_blind
 from pytest_wedge.evidence.observed import Observed
 
 
@@ -216,3 +216,29 @@ def test_a_worker_whose_metrics_this_process_could_not_ask_says_so() -> None:
     obs.unanswered["decode-0 metrics"] = why
     diagnosis = located(obs, "decode-0")
     assert any(f"its /metrics {why}" in line for line in diagnosis.evidence)
+
+
+NO_DESCRIPTORS = "could not be asked: this process failed first (EMFILE: Too many open files)"
+
+
+def not_asked(obs: Observed, *keys: str) -> Observed:
+    """``keys`` were fetches this process could not make: no health evidence, a line each."""
+    for key in keys:
+        obs.health.pop(key.removesuffix(" health"), None)
+        obs.unanswered[key] = NO_DESCRIPTORS
+    return obs
+
+
+def test_a_worker_this_process_could_not_ask_is_not_blamed() -> None:
+    obs = not_asked(prefill_holds(pending()), "decode-0 health")
+    diagnosis = consistent(located(obs, "prefill-0"))
+    assert f"decode-0 health {NO_DESCRIPTORS}" in diagnosis.evidence, diagnosis.render()
+
+
+def test_a_router_this_process_could_not_ask_leaves_the_verdict_unknown() -> None:
+    obs = not_asked(prefill_holds(pending()), "router health", "router metrics")
+    obs.router = {}
+    diagnosis = locate_blind(obs, "harness", 1.0)
+    assert diagnosis.confidence == "unknown", diagnosis.render()
+    assert diagnosis.decided_by == [f"router metrics {NO_DESCRIPTORS}: what it holds is not known"]
+    assert not [line for line in diagnosis.ruled_out if line.startswith("router")]

@@ -87,7 +87,7 @@ def _refused_for(
         if w.dead:
             return s.verdict(w.name, CERTAIN, f"{w.name} process {w.dead}", refusing), []
     for w in s.workers.values():
-        if not w.answers:
+        if w.silent:
             why = f"{w.name} does not answer /health on its own port"
             return s.verdict(w.name, LIKELY, why, refusing), []
     # A worker that restarted in the window is back: what broke while it was away (breakers,

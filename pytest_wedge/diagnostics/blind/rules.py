@@ -23,7 +23,10 @@ def router_down(s: Servers) -> Verdict | None:
     dead = s.obs.process("router")
     if dead in DEAD:
         return s.verdict("router", CERTAIN, f"router process {DEAD[dead]}", s.router_line())
-    if not s.router_answers:
+    if (why := s.router_unasked) is not None:
+        # Without the router's counts every later rule would read it as idle.
+        return s.verdict("router", UNKNOWN, f"router metrics {why}: what it holds is not known")
+    if s.router_silent:
         why = s.obs.health.get("router", "not asked")
         said = f"router answers neither /health ({why}) nor /metrics on its own ports"
         return s.verdict("router", LIKELY, f"{said}, though its process runs")
@@ -41,7 +44,7 @@ def worker_down(s: Servers, workers: list[Worker], *, slow: bool = False) -> Ver
             return s.verdict(w.name, sure, f"{w.name} process {w.dead}", w.sent_line())
     for w in workers:
         why = s.obs.health.get(w.name, "not asked")
-        if not w.answers and (slow or s.obs.waited_s(w.name) is None):
+        if w.silent and (slow or s.obs.waited_s(w.name) is None):
             said = f"{w.name} does not answer /health on its own port ({why})"
             return s.verdict(w.name, LIKELY, said, w.sent_line())
     return None

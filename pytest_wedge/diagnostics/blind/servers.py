@@ -45,6 +45,7 @@ class Worker:
     role: str
     process: str
     answers: bool
+    silent: bool  # asked its own /health and did not answer (see Observed.silent)
     in_flight: float  # the router's requests in flight to it
     direct: int  # client-ledger requests pending straight to it (not through the router)
     queued: float
@@ -195,6 +196,7 @@ def worker_facts(obs: Observed, name: str, direct: int, held_from: float | None 
         role="prefill" if prefill else "decode",
         process=obs.process(name),
         answers=obs.answered(name),
+        silent=obs.silent(name),
         in_flight=in_flight,
         direct=direct,
         queued=gauge("num_queue_reqs"),
@@ -277,6 +279,17 @@ class Servers:
     @property
     def router_answers(self) -> bool:
         return self.obs.answered("router") or bool(self.obs.router)
+
+    @property
+    def router_unasked(self) -> str | None:
+        """Why this process could not read the router's /metrics, when the failure was its own."""
+        why = self.obs.unanswered.get("router metrics", "")
+        return why if not self.obs.router and not_asked(why) else None
+
+    @property
+    def router_silent(self) -> bool:
+        """Asked, the router answered neither /health nor /metrics on its own ports."""
+        return self.obs.silent("router") and not self.obs.router
 
     def router_line(self) -> str:
         obs = self.obs
