@@ -164,7 +164,8 @@ class Observed:
     client_at: float | None = None
     # Whether the router's per-worker in-flight gauge (smg_worker_requests_active) means
     # anything: an operator knows which metrics their router keeps (sglang-router 0.3.2 keeps
-    # it at 0). Without it, a worker's share of the router's requests is what it holds.
+    # it at 0), and whether it was read this time. Without it, a worker's share of the router's
+    # requests is what it holds.
     router_in_flight_known: bool = True
 
     # -- shape -----------------------------------------------------------------------------

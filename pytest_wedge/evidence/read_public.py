@@ -308,6 +308,8 @@ def fill_observed(
     names = router_worker_names(topology)
     if "router metrics" in results:
         obs.router = parse_router_metrics(results["router metrics"], names)
+    elif "router metrics" in failed:
+        obs.router_in_flight_known = False  # counts not read are no zeros
     if "router workers" in results:
         obs.router_workers = _workers_view(results["router workers"], names)
     obs.traffic = results.get("link traffic", obs.traffic)

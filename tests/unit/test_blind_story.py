@@ -242,3 +242,12 @@ def test_a_router_this_process_could_not_ask_leaves_the_verdict_unknown() -> Non
     assert diagnosis.confidence == "unknown", diagnosis.render()
     assert diagnosis.decided_by == [f"router metrics {NO_DESCRIPTORS}: what it holds is not known"]
     assert not [line for line in diagnosis.ruled_out if line.startswith("router")]
+
+
+def test_a_router_whose_metrics_did_not_answer_is_read_as_keeping_no_count() -> None:
+    # Unread counts are no zeros: the workers' own gauges say who holds the requests.
+    obs = prefill_holds(pending(), router_in_flight_known=False)
+    obs.router = {}
+    obs.unanswered["router metrics"] = "did not answer within 0.20 s (ReadTimeout)"
+    diagnosis = consistent(located(obs, "prefill-0"))
+    assert not [line for line in diagnosis.ruled_out if "/metrics on its own" in line]

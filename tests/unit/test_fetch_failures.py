@@ -98,3 +98,13 @@ def test_a_health_probe_not_asked_is_no_health_evidence() -> None:
     fill_observed(obs, topology, {"decode-0 health": 0.01}, {f"{KEY} health": text})
     assert obs.unanswered == {f"{KEY} health": text}
     assert KEY not in obs.health and obs.path_broken("router->decode-0") is None
+
+
+def test_a_router_metrics_fetch_that_failed_leaves_its_counts_unknown() -> None:
+    topology = cast("Topology", SimpleNamespace(links={}))
+    obs = Observed(taken_at=0.0, prefill=["prefill-0"], decode=["decode-0"], link_names=[])
+    fill_observed(obs, topology, {}, {"router metrics": why(httpx.ReadTimeout("slow"), 0.2)})
+    assert not obs.router_in_flight_known and obs.router == {}
+    read = Observed(taken_at=0.0, prefill=["prefill-0"], decode=["decode-0"], link_names=[])
+    fill_observed(read, topology, {"router metrics": ""}, {})
+    assert read.router_in_flight_known

@@ -23,6 +23,7 @@ from pytest_wedge.diagnostics.blind.origins import red_herrings, split_line
 from pytest_wedge.diagnostics.blind.rules import held_direct, held_stream, held_upstream
 from pytest_wedge.diagnostics.blind.servers import (
     ANSWERS_HEALTH,
+    ANSWERS_ONLY_HEALTH,
     CARRIES_HEALTH,
     CERTAIN,
     LIKELY,
@@ -235,7 +236,8 @@ def _consistent(location: str, confidence: str, ruled_out: list[str]) -> tuple[s
     of being cut off or dead (it carries /health) is dropped; one that cleared it of holding
     requests is dropped too, and the verdict it argued against is not ``certain``."""
     against = [line for line in ruled_out if fnmatch(location, line.split(": ", 1)[0])]
-    hard = [line for line in against if not line.endswith((CARRIES_HEALTH, ANSWERS_HEALTH))]
+    soft = (CARRIES_HEALTH, ANSWERS_HEALTH, ANSWERS_ONLY_HEALTH)
+    hard = [line for line in against if not line.endswith(soft)]
     kept = [line for line in ruled_out if line not in against]
     return (LIKELY if hard and confidence == CERTAIN else confidence), kept
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pytest_wedge.diagnostics.blind.servers import (
     ANSWERS_HEALTH,
+    ANSWERS_ONLY_HEALTH,
     CERTAIN,
     DEAD,
     LIKELY,
@@ -30,7 +31,11 @@ def router_down(s: Servers) -> Verdict | None:
         why = s.obs.health.get("router", "not asked")
         said = f"router answers neither /health ({why}) nor /metrics on its own ports"
         return s.verdict("router", LIKELY, f"{said}, though its process runs")
-    s.rule_out("router", f"process {dead}, {ANSWERS_HEALTH}")
+    if s.obs.router:
+        s.rule_out("router", f"process {dead}, {ANSWERS_HEALTH}")
+    else:
+        unread = s.obs.unanswered.get("router metrics", "not read")
+        s.rule_out("router", f"process {dead}, its /metrics {unread}, {ANSWERS_ONLY_HEALTH}")
     return None
 
 

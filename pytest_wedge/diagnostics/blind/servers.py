@@ -20,6 +20,7 @@ RATE_WINDOW_S = 1.0
 # ending so is dropped without doubt when the verdict names that hop after all.
 CARRIES_HEALTH = "it carries /health to its far end"
 ANSWERS_HEALTH = "answers /health and /metrics on its own ports"
+ANSWERS_ONLY_HEALTH = "answers /health on its own port"
 HELD_GAUGES = (
     "num_queue_reqs",
     "num_running_reqs",
