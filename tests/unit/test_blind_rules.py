@@ -508,6 +508,31 @@ def test_streams_with_their_heads_are_not_held_by_transfers_that_failed_earlier(
     located(obs, "decode-0")
 
 
+def stalled_streams_beside_kv_waits(waiting: float) -> Observed:
+    """Four streams stalled after tokens at decode-0, which waits for KV over a black-holed
+    decode-0->prefill-1 for ``waiting`` other requests (the router's retries of failed ones)."""
+    stalled = pending(4, first_byte=NOW - 1.9, first_token=NOW - 1.9, last_byte=NOW - 1.6, tokens=3)
+    return observed(
+        stalled,
+        prefill=2,
+        router=in_flight(prefill_0=0, prefill_1=0, decode_0=4 + waiting),
+        workers={"decode-0": {"num_running_reqs": 4.0, "num_decode_transfer_queue_reqs": waiting}},
+        workers_before={"decode-0": {"num_decode_transfer_queue_reqs": waiting}},
+        health={"via decode-0->prefill-1": "did not answer within 0.20 s"},
+    )
+
+
+def test_fewer_waiting_for_kv_than_the_streams_leave_the_streams_the_decodes() -> None:
+    """The streams have their KV: a few requests waiting for theirs over a broken link beside
+    them do not make the link what holds the streams (a decode loop frozen by a call to the
+    black-holed prefill, retried by the router)."""
+    located(stalled_streams_beside_kv_waits(2.0), "decode-0")
+
+
+def test_streams_beside_as_many_waiting_for_kv_over_a_broken_link_are_that_links() -> None:
+    located(stalled_streams_beside_kv_waits(30.0), "decode-0->prefill-1")
+
+
 def test_streams_that_still_receive_bytes_are_never_certain() -> None:
     """A stream with a byte inside the overdue bound may yet end well, only slowly: whatever
     the rules see of the hop, the verdict waits until its bytes stop to be certain."""

@@ -82,17 +82,20 @@ def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
     return s.lost_on(f"router->{w.name}", f"{w.sent_line(w.name)}, {held}: {lost}", w.load_line())
 
 
-def broken_transfer(s: Servers, *, failed_count: bool = True) -> Verdict | None:
-    """A decode waits for KV (or, with ``failed_count``, failed to take it) over a transfer
-    link that does not carry /health while the prefill's bootstrap server answers it directly.
-    That is seen, not inferred, so it comes before who holds the requests: a prefill whose KV
-    cannot leave still holds them queued or prefilling, which reads like a prefill that
-    stalled."""
+def broken_transfer(
+    s: Servers, *, failed_count: bool = True, at_least: float = 0.0
+) -> Verdict | None:
+    """A decode waits for KV (or, with ``failed_count``, failed to take it) for ``at_least``
+    requests over a transfer link that does not carry /health while the prefill's bootstrap
+    server answers it directly. That is seen, not inferred, so it comes before who holds the
+    requests: a prefill whose KV cannot leave still holds them queued or prefilling, which
+    reads like a prefill that stalled."""
 
     def stuck(d: Worker) -> float:
         return d.waiting_kv_now + (d.transfer_failures if failed_count else 0.0)
 
-    for d in sorted((d for d in s.role("decode") if stuck(d)), key=lambda d: -stuck(d)):
+    waiting = (d for d in s.role("decode") if stuck(d) and stuck(d) >= at_least)
+    for d in sorted(waiting, key=lambda d: -stuck(d)):
         why = f"{d.name} has {d.waiting_kv_now:g} waiting for their KV"
         if failed_count and d.transfer_failures:
             why += f", {d.transfer_failures:g} failed transfers in the window"
@@ -538,10 +541,13 @@ def held_stream(s: Servers, kind: str, n: int, client_rate: float = 0.0) -> Verd
         )
     if (v := _past_the_decodes(s, decodes, kind, n) or worker_down(s, decodes)) is not None:
         return v
-    # A decode that waits for KV over a link seen broken is stuck on that transfer, whatever
-    # the few streams already overdue show (the requests behind them wait for their KV).
-    # Transfers that failed earlier hold none of these: a stream has its KV (its head came).
-    kv_held = broken_transfer(s, failed_count=False) or _kv_from_a_dead_prefill(s, decodes, n)
+    # A decode that waits for KV over a link seen broken for as many requests as the streams
+    # overdue is stuck on that transfer: the few streams show the requests behind them. The
+    # streams themselves have their KV (their heads came), so neither transfers that failed
+    # earlier nor fewer waiting now than the streams hold them: the decode does.
+    kv_held = broken_transfer(s, failed_count=False, at_least=n) or _kv_from_a_dead_prefill(
+        s, decodes, n
+    )
     if (v := kv_held or _stopped_prefill(s, decodes)) is not None:
         return v
     what = {
