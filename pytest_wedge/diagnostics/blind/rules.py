@@ -85,11 +85,11 @@ def _lost_between(s: Servers, w: Worker, n: int) -> Verdict | None:
 def broken_transfer(
     s: Servers, *, failed_count: bool = True, at_least: float = 0.0
 ) -> Verdict | None:
-    """A decode waits for KV (or, with ``failed_count``, failed to take it) for ``at_least``
-    requests over a transfer link that does not carry /health while the prefill's bootstrap
-    server answers it directly. That is seen, not inferred, so it comes before who holds the
-    requests: a prefill whose KV cannot leave still holds them queued or prefilling, which
-    reads like a prefill that stalled."""
+    """A decode waits for KV (or, with ``failed_count``, failed to take it) for at least
+    ``at_least`` requests over a transfer link that does not carry /health while the prefill's
+    bootstrap server answers it directly. That is seen, not inferred, so it comes before who
+    holds the requests: a prefill whose KV cannot leave still holds them queued or prefilling,
+    which reads like a prefill that stalled."""
 
     def stuck(d: Worker) -> float:
         return d.waiting_kv_now + (d.transfer_failures if failed_count else 0.0)
