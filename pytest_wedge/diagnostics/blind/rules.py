@@ -24,9 +24,6 @@ def router_down(s: Servers) -> Verdict | None:
     dead = s.obs.process("router")
     if dead in DEAD:
         return s.verdict("router", CERTAIN, f"router process {DEAD[dead]}", s.router_line())
-    if (why := s.router_unasked) is not None:
-        # Without the router's counts every later rule would read it as idle.
-        return s.verdict("router", UNKNOWN, f"router metrics {why}: what it holds is not known")
     if s.router_silent:
         why = s.obs.health.get("router", "not asked")
         said = f"router answers neither /health ({why}) nor /metrics on its own ports"

@@ -282,12 +282,6 @@ class Servers:
         return self.obs.answered("router") or bool(self.obs.router)
 
     @property
-    def router_unasked(self) -> str | None:
-        """Why this process could not read the router's /metrics, when the failure was its own."""
-        why = self.obs.unanswered.get("router metrics", "")
-        return why if not self.obs.router and not_asked(why) else None
-
-    @property
     def router_silent(self) -> bool:
         """Asked, the router answered neither /health nor /metrics on its own ports."""
         return self.obs.silent("router") and not self.obs.router
