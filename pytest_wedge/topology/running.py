@@ -291,16 +291,19 @@ class Topology:
         list(self._pool.map(lambda stub: stub.reset(), self.stubs.values()))
 
     def _router_is_clean(self) -> bool:
-        """False when open breakers or an unhealthy worker would leak into the next test: smg
-        keeps them for a minute, and a router restart is cheaper than waiting them out."""
+        """False when open breakers or a worker listed unhealthy would leak into the next test:
+        smg keeps a breaker open for a minute, and a resumed worker stays out of rotation until
+        enough health checks pass (a minute apart by default). A router restart is cheaper than
+        waiting either out."""
         try:
             ready = self.http.get(self.router_url + "/readiness")
             metrics = self.router_metrics()
+            listed = self.http.get(self.router_url + "/workers")
         except httpx.HTTPError:
             return False
         breaker = router_metric_names(self.spec.router).breaker
         breakers_open = breaker is not None and any(v != 0 for _, v in samples(metrics, breaker))
-        return ready.status_code == 200 and not breakers_open
+        return ready.status_code == 200 and not breakers_open and not _lists_unhealthy(listed)
 
     def restart(self, *names: str, timeout_s: float | None = None) -> float:
         """Kill all of ``names``, then bring back prefills, decodes and router, each group ready
@@ -374,3 +377,14 @@ class Topology:
         self.links.clear()
         self._pool.shutdown(wait=False)
         self.http.close()
+
+
+def _lists_unhealthy(listed: httpx.Response) -> bool:
+    """Whether the router's ``/workers`` (smg, sglang-router and vllm-router alike) lists a
+    worker with ``is_healthy`` false; a router without that list has told nothing."""
+    try:
+        body = listed.json()
+    except ValueError:
+        return False
+    workers = body.get("workers", []) if isinstance(body, dict) else []
+    return any(isinstance(w, dict) and w.get("is_healthy") is False for w in workers)
