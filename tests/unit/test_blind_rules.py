@@ -872,6 +872,20 @@ def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
     located(obs, "decode-1", "certain")
 
 
+def test_streams_broken_by_a_router_restart_are_the_router() -> None:
+    broken = pending(
+        state="unknown",
+        finished=NOW - 0.2,
+        first_byte=NOW - 1.5,
+        tokens=5,
+        error="RemoteProtocolError (ClientPayloadError): Response payload is not completed",
+    )
+    located(observed(broken, decode=2, started={"router": NOW - 0.3}), "router", "certain")
+    # A decode restarted in the same window is the nearer cause of its own streams' end.
+    both = observed(broken, decode=2, started={"router": NOW - 0.3, "decode-1": NOW - 0.3})
+    located(both, "decode-1", "certain")
+
+
 def refused_while_swallowing(link: str, got: float, gave: float, **extra: Any) -> Observed:
     """Refusals, while ``link`` swallowed ``got - gave`` bytes of answers in the window."""
     extra.setdefault("router", {"cb_state": {"prefill-0": 1.0, "decode-0": 1.0}})

@@ -127,8 +127,8 @@ def test_a_run_reserves_its_share_of_held_out_draws_and_replays_them() -> None:
     draws = [draw(seed * DRAWS_PER_SEED + i) for i in range(400)]
     held = [d for d in draws if d.heldout]
     assert len(held) >= 400 // HELDOUT_EVERY
-    assert {d.shape for d in held} == {"2P1D"}
-    assert {d.shape for d in draws if not d.heldout} == {"1P1D", "2P2D"}
+    assert {d.shape for d in held} == {"1P3D"}
+    assert {d.shape for d in draws if not d.heldout} == {"1P1D", "2P2D", "2P1D"}
     assert len({d.fault for d in held}) >= 10
     assert draw(seed * DRAWS_PER_SEED + 7) == draws[7]
 

@@ -327,6 +327,9 @@ def _stream_broke(s: Servers, ph: Phase, n: int, since: float | None) -> Verdict
         if (started := s.restarted(d.name, since)) is not None:
             anew = f"{d.name}'s process started anew in the window (at {started:.2f})"
             return s.verdict(d.name, CERTAIN, line, f"{anew}: its streams broke with it")
+    if (started := s.restarted("router", since)) is not None:
+        anew = f"the router process started anew in the window (at {started:.2f})"
+        return s.verdict("router", CERTAIN, line, f"{anew}: the streams through it broke with it")
     if (v := s.broken_path([f"router->{d.name}" for d in decodes])) is not None:
         v.because.insert(0, line)
         return v
