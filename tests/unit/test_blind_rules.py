@@ -860,7 +860,7 @@ def test_a_gauge_that_emptied_after_they_were_overdue_is_a_blip() -> None:
     assert diagnosis.location != "decode-0->prefill-0", diagnosis.render()
 
 
-def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
+def test_streams_broken_by_a_restart_are_the_decode_restarted_else_the_router() -> None:
     broken = pending(
         state="unknown",
         finished=NOW - 0.2,
@@ -868,18 +868,7 @@ def test_streams_broken_by_a_decode_restart_are_that_decode() -> None:
         tokens=5,
         error="RemoteProtocolError (ClientPayloadError): Response payload is not completed",
     )
-    obs = observed(broken, decode=2, started={"decode-1": NOW - 0.3})
-    located(obs, "decode-1", "certain")
-
-
-def test_streams_broken_by_a_router_restart_are_the_router() -> None:
-    broken = pending(
-        state="unknown",
-        finished=NOW - 0.2,
-        first_byte=NOW - 1.5,
-        tokens=5,
-        error="RemoteProtocolError (ClientPayloadError): Response payload is not completed",
-    )
+    located(observed(broken, decode=2, started={"decode-1": NOW - 0.3}), "decode-1", "certain")
     located(observed(broken, decode=2, started={"router": NOW - 0.3}), "router", "certain")
     # A decode restarted in the same window is the nearer cause of its own streams' end.
     both = observed(broken, decode=2, started={"router": NOW - 0.3, "decode-1": NOW - 0.3})
