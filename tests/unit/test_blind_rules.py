@@ -670,6 +670,25 @@ def test_breakers_open_over_a_broken_link_name_the_link() -> None:
     located(obs, "router->prefill-0", "certain")
 
 
+def test_refusals_our_client_has_not_read_are_explained_like_refusals() -> None:
+    # Catalog kv-transfer-blackhole under the heavy recipe: the transfer timeouts opened
+    # decode-0's breaker, the router refused all 30 at once, and our client, short of CPU, had
+    # not read a byte of the 503s: they are not lost between the router and the client.
+    refusals = {"503 no_available_workers": 31.0}
+    obs = observed(
+        pending(age=1.5),
+        router={"cb_state": {"decode-0": 1.0}, "refusals": refusals, "responses": {"200": 1.0}},
+        health={"via decode-0->prefill-0": "did not answer within 0.20 s (ReadTimeout)"},
+    )
+    diagnosis = located(obs, "decode-0->prefill-0", "likely")
+    assert any("not read yet" in line for line in diagnosis.decided_by)
+    # Refusals the client did read in the window are no answers to requests still pending.
+    read = refused(2)
+    obs.client = [*pending(age=1.5), *read]
+    obs.router["refusals"] = {"503 no_available_workers": 31.0}
+    assert locate_blind(obs, "harness", 1.0).location != "decode-0->prefill-0"
+
+
 def test_no_available_workers_with_a_vanished_worker_is_that_worker() -> None:
     obs = observed(refused(), processes={"decode-0": "gone"}, health={"decode-0": "refused"})
     located(obs, "decode-0", "certain")

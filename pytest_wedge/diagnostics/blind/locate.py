@@ -69,10 +69,37 @@ def _verdict(s: Servers, key: Key, records: list[ClientRecord], n: int, pool: st
             [f"{why} and {n} requests wait for a connection: the client holds them"],
         )
     if key.kind == "no answer":
+        if (refused := _refused_unread(s.obs, n)) is not None:
+            v = held_failed(s, refused, n, s.since)
+            v.because.append(
+                f"the router's refusals in the window ({refused.status} {refused.code}) "
+                f"outnumber those our client read by {n} or more: the answers to these {n}, "
+                "not read yet"
+            )
+            return v
         return held_upstream(s, n)
     if key.kind == "failed":
         return held_failed(s, key, n, s.since)
     return held_stream(s, key.kind, n, client_rate(records, s.obs.client_now))
+
+
+def _refused_unread(obs: Observed, n: int) -> Phase | None:
+    """The router refused at least ``n`` requests in the window beyond those the client read
+    (a client short of CPU reads its answers late): ``n`` sent and without an answer were
+    refused, and why the router refuses is the wedge."""
+    since = obs.before_at or 0.0
+    for label, grew in obs.router_grew("refusals").items():
+        status, _, code = label.partition(" ")
+        if not status.isdigit():
+            continue
+        read = sum(
+            1
+            for r in obs.client
+            if r.get("status") == int(status) and (r.get("finished") or 0.0) >= since
+        )
+        if grew - read >= n:
+            return Phase("failed", "status", int(status), code)
+    return None
 
 
 def client_rate(records: list[ClientRecord], now: float) -> float:
