@@ -45,6 +45,12 @@ _CHANGES = [
 ]
 
 
+# The daemon answers `docker import` once it has written the whole layer: on a loaded machine
+# that takes longer than the short timeout the client gives quick API calls (the whole import
+# took 28.7 s in docs/scaling.md).
+IMPORT_READ_TIMEOUT_S = 300.0
+
+
 class ImageBuildError(WedgeError):
     """``docker import`` of the host-assembled root filesystem failed."""
 
@@ -284,7 +290,10 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
             plan.add_libraries()
             try:
                 tar = _chunks(plan.paths, errors)
-                client.api.import_image(tar, REPOSITORY, digest, changes=_CHANGES, stream_src=True)
+                with _read_timeout(client.api, IMPORT_READ_TIMEOUT_S):
+                    client.api.import_image(
+                        tar, REPOSITORY, digest, changes=_CHANGES, stream_src=True
+                    )
                 image = client.images.get(tag)
             except (docker.errors.DockerException, OSError) as exc:
                 raise ImageBuildError(
@@ -304,6 +313,19 @@ def ensure_image(client: Any, extra: Iterable[str] = ()) -> ImageInfo:
     info = ImageInfo(tag, built, time.monotonic() - started, size, frozenset(plan.paths))
     _cache[key] = info
     return info
+
+
+@contextlib.contextmanager
+def _read_timeout(api: Any, seconds: float) -> Iterator[None]:
+    """``api``'s calls wait up to ``seconds`` for an answer (a longer wait harms no other call
+    made meanwhile)."""
+    usual = api.timeout
+    if usual is not None:  # None: no timeout at all
+        api.timeout = max(usual, seconds)
+    try:
+        yield
+    finally:
+        api.timeout = usual
 
 
 def _prune_old(client: Any, keep: str) -> None:

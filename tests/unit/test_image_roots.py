@@ -47,3 +47,19 @@ def test_a_bare_name_is_looked_up_on_the_images_path() -> None:
     assert "router's program 'my-router' is not in the docker image" in text
     assert "pytest-wedge-local:abc" in text and ":".join(CONTAINER_PATH) in text
     assert "To fix this: give router's command its absolute path" in text
+
+
+def test_the_import_waits_longer_than_quick_calls_and_gives_their_timeout_back() -> None:
+    # A loaded daemon answered `docker import` after the client's 10 s per-call timeout.
+    from types import SimpleNamespace
+
+    from pytest_wedge.runtime.images import IMPORT_READ_TIMEOUT_S, _read_timeout
+
+    api = SimpleNamespace(timeout=10.0)
+    with pytest.raises(OSError), _read_timeout(api, IMPORT_READ_TIMEOUT_S):
+        assert api.timeout == IMPORT_READ_TIMEOUT_S
+        raise OSError("the daemon went away")
+    assert api.timeout == 10.0
+    unbounded = SimpleNamespace(timeout=None)
+    with _read_timeout(unbounded, IMPORT_READ_TIMEOUT_S):
+        assert unbounded.timeout is None
