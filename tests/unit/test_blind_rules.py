@@ -678,6 +678,7 @@ def test_refusals_our_client_has_not_read_are_explained_like_refusals() -> None:
     obs = observed(
         pending(age=1.5),
         router={"cb_state": {"decode-0": 1.0}, "refusals": refusals, "responses": {"200": 1.0}},
+        router_before={"refusals": {"503 no_available_workers": 0.0}},
         health={"via decode-0->prefill-0": "did not answer within 0.20 s (ReadTimeout)"},
     )
     diagnosis = located(obs, "decode-0->prefill-0", "likely")
@@ -686,6 +687,9 @@ def test_refusals_our_client_has_not_read_are_explained_like_refusals() -> None:
     read = refused(2)
     obs.client = [*pending(age=1.5), *read]
     obs.router["refusals"] = {"503 no_available_workers": 31.0}
+    assert locate_blind(obs, "harness", 1.0).location != "decode-0->prefill-0"
+    # Without a count from before the wedge, the refusals are the router's whole life's.
+    obs.client, obs.router_before = pending(age=1.5), {}
     assert locate_blind(obs, "harness", 1.0).location != "decode-0->prefill-0"
 
 

@@ -87,7 +87,9 @@ def _refused_unread(obs: Observed, n: int) -> Phase | None:
     """The router refused at least ``n`` requests in the window beyond those the client read
     (a client short of CPU reads its answers late): ``n`` sent and without an answer were
     refused, and why the router refuses is the wedge."""
-    since = obs.before_at or 0.0
+    since = obs.traffic_before_at  # when the router's counters were read before the wedge
+    if since is None or not obs.router_before:  # counts since the router started: no window
+        return None
     for label, grew in obs.router_grew("refusals").items():
         status, _, code = label.partition(" ")
         if not status.isdigit():
